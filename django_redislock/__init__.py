@@ -1,0 +1,27 @@
+"""django-redislock: safe mutual exclusion across processes on your django-redis connection.
+
+Importing this package touches neither settings nor Redis, and imports no
+models, so ``from django_redislock import Lock`` works before apps are ready.
+"""
+
+from __future__ import annotations
+
+from .async_locks import AsyncLock
+from .exceptions import (
+    LockBackendError,
+    LockError,
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeout,
+)
+from .locks import Lock
+
+__all__ = [
+    "AsyncLock",
+    "Lock",
+    "LockBackendError",
+    "LockError",
+    "LockLostError",
+    "LockNotOwnedError",
+    "LockTimeout",
+]

@@ -1,0 +1,237 @@
+"""``AsyncLock``: ``Lock`` for async views and tasks, with ``async with``.
+
+Ownership is per asyncio task. Round trips go through an asyncio mirror of the
+cache's connection pool, so a waiting coroutine blocks no thread; topologies
+with no asyncio mirror (Sentinel, Cluster) run the same calls in a worker
+thread. Leases are renewed by the process's one watchdog thread, as for
+``Lock``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import weakref
+from types import TracebackType
+from typing import Any
+
+from . import backend, signals
+from .base import WAITER_GRACE_MS, Holding, check_seconds, new_token, wait_seconds
+from .exceptions import LockLostError
+from .locks import ACQUIRED, NOT_OURS, LockBase, parse_lock_value
+from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL, Script
+from .watchdog import watchdog
+
+
+class AsyncConnection:
+    """Run scripts and commands on asyncio, natively or in a worker thread."""
+
+    def __init__(self, sync_client: Any) -> None:
+        self.sync = sync_client
+        self.aio = backend.get_async_client(sync_client)
+
+    async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+        if self.aio is not None:
+            return await script.run_async(self.aio, keys, args)
+        return await asyncio.to_thread(script, self.sync, keys, args)
+
+    async def call(self, command: str, *args: Any, **kwargs: Any) -> Any:
+        if self.aio is not None:
+            return await getattr(self.aio, command)(*args, **kwargs)
+        return await asyncio.to_thread(getattr(self.sync, command), *args, **kwargs)
+
+
+class AsyncLock(LockBase):
+    """``Lock`` with ``await lock.acquire()`` and ``async with lock:``; same guarantees."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        using: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            using=using,
+        )
+        self._holdings: weakref.WeakKeyDictionary[asyncio.Task[Any], Holding] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _task(self) -> asyncio.Task[Any]:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError("AsyncLock must be used from inside an asyncio task.")
+        return task
+
+    def _holding(self) -> Holding | None:
+        holding = self._holdings.get(self._task())
+        if holding is not None and holding.pid != os.getpid():
+            del self._holdings[self._task()]
+            return None
+        return holding
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the current task's hold (``None`` when not held)."""
+        holding = self._holding()
+        return holding.fencing_token if holding is not None else None
+
+    async def acquire(
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
+    ) -> bool:
+        """Take the lock; ``False`` when it could not be taken in time."""
+        return await self._acquire(blocking, blocking_timeout) is None
+
+    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        settings = self._settings()
+        sync_client, chunk = self._client_and_chunk(settings)
+        conn = AsyncConnection(sync_client)
+        keys, sigprefix = self._key_set(settings.key_prefix)
+        lease = self._lease(settings)
+        lease_ms = int(lease * 1000)
+        holding = self._holding()
+        if holding is not None:
+            args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix)
+            with backend.translate_errors(self.name):
+                status, _ = await conn.run(LOCK_ACQUIRE, keys, args)
+            if status == NOT_OURS:
+                holding.mark_lost("the lease was gone when the holder acquired it again")
+                raise self._lost(holding)
+            holding.depth += 1
+            return None
+
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        token = new_token()
+        begun = time.monotonic()
+        deadline = None if budget is None else begun + budget
+        waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
+        args = self._acquire_args(
+            token, lease_ms, "wait" if may_wait else "try", waiter_ttl_ms, sigprefix
+        )
+        signal_key = sigprefix + token
+        queued = False
+        with backend.translate_errors(self.name):
+            try:
+                while True:
+                    started = time.monotonic()
+                    status, value = await conn.run(LOCK_ACQUIRE, keys, args)
+                    if status == ACQUIRED:
+                        break
+                    queued = may_wait
+                    if not may_wait or (deadline is not None and time.monotonic() >= deadline):
+                        if queued:
+                            await conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix])
+                        signals.lock_contended.send(
+                            sender=type(self),
+                            name=self.name,
+                            kind=self.kind,
+                            waited=time.monotonic() - begun,
+                        )
+                        return int(value)
+                    await conn.call(
+                        "blpop", [signal_key], timeout=wait_seconds(value, chunk, deadline)
+                    )
+            except BaseException:
+                if queued:
+                    await asyncio.shield(conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix]))
+                raise
+        holding = self._new_holding(token, sync_client, lease, started, value, keys, sigprefix)
+        self._holdings[self._task()] = holding
+        if self._auto_renew(settings):
+            watchdog.watch(holding)
+        signals.lock_acquired.send(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            waited=started - begun,
+            fencing_token=value,
+        )
+        return None
+
+    async def release(self) -> None:
+        """Release one level of the current task's hold (see ``Lock.release``)."""
+        holding = self._holding()
+        if holding is None:
+            raise self._not_owned()
+        conn = AsyncConnection(holding.client)
+        try:
+            try:
+                with backend.translate_errors(self.name):
+                    result = await conn.run(
+                        LOCK_RELEASE, holding.keys, [holding.token, holding.sigprefix]
+                    )
+            except BaseException:
+                self._release_failed(holding)
+                raise
+            self._after_release(holding, result)
+        finally:
+            if not holding.active:
+                self._holdings.pop(self._task(), None)
+
+    async def extend(self, seconds: float | None = None) -> None:
+        """Reset the lease to ``seconds`` (default: the lock's timeout) from now."""
+        holding = self._holding()
+        if holding is None:
+            raise self._not_owned()
+        lease = check_seconds(seconds, "seconds") or holding.lease
+        started = time.monotonic()
+        conn = AsyncConnection(holding.client)
+        with backend.translate_errors(self.name):
+            result = await conn.run(LOCK_EXTEND, holding.keys, [holding.token, int(lease * 1000)])
+        if not result:
+            holding.mark_lost("the lease was gone when the holder extended it")
+            raise self._lost(holding)
+        holding.lease_deadline = started + lease
+
+    async def locked(self) -> bool:
+        """Whether anyone holds the lock right now."""
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        with backend.translate_errors(self.name):
+            return bool(await AsyncConnection(self._client(settings)).call("exists", keys[0]))
+
+    async def owned(self) -> bool:
+        """Whether the current task holds the lock, according to Redis."""
+        holding = self._holding()
+        if holding is None:
+            return False
+        keys, _ = self._key_set(self._settings().key_prefix)
+        with backend.translate_errors(self.name):
+            value = await AsyncConnection(holding.client).call("get", keys[0])
+        state = parse_lock_value(value)
+        return state is not None and state.token == holding.token
+
+    async def ttl(self) -> float | None:
+        """Seconds left on the current lease (anyone's), or ``None`` when free."""
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        with backend.translate_errors(self.name):
+            remaining = await AsyncConnection(self._client(settings)).call("pttl", keys[0])
+        return remaining / 1000.0 if remaining >= 0 else None
+
+    async def __aenter__(self) -> AsyncLock:
+        retry = await self._acquire(None, None)
+        if retry is not None:
+            raise self._timeout_error(retry)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.release()
+        except LockLostError as error:
+            self._exit_error(error, exc_type, exc)

@@ -1,0 +1,257 @@
+"""The one gateway to Redis: clients, key names, error translation, SCAN.
+
+No other module imports django-redis, and only this module and ``scripts``
+touch redis-py's API directly, so a change of client library or topology
+(Sentinel, Cluster) is a change here.
+
+Key layout: ``<prefix>:{<name>}:<part>``. The braces make every key of one
+primitive share a Redis Cluster hash slot. Braces (and ``%``) inside a name are
+percent-encoded, so a name can never end the hash tag early and the encoding is
+reversible for display.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import threading
+import weakref
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.connection
+import redis.connection
+from django.core.cache import InvalidCacheBackendError, caches
+from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import RedisError
+
+from .exceptions import LockBackendError
+
+#: The longest a single blocking Redis command may wait when the connection has
+#: no socket timeout; waits longer than this are split, which is also the
+#: bound on how late a waiter notices a wake-up that was lost.
+MAX_WAIT_CHUNK = 2.0
+#: Share of the socket timeout a blocking command may use, leaving room for the
+#: round trip so that the client never times out a healthy BLPOP.
+SOCKET_TIMEOUT_SHARE = 0.5
+MIN_WAIT_CHUNK = 0.01
+
+_ENCODE = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+
+
+def encode_name(name: str) -> str:
+    return name.translate(_ENCODE)
+
+
+def decode_name(encoded: str) -> str:
+    return encoded.replace("%7B", "{").replace("%7D", "}").replace("%25", "%")
+
+
+def key(prefix: str, name: str, part: str) -> str:
+    return f"{prefix}:{{{encode_name(name)}}}:{part}"
+
+
+def parse_key(prefix: str, raw: str | bytes) -> tuple[str, str] | None:
+    """Split a key written by this app into ``(name, part)``; ``None`` for others."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    head = prefix + ":{"
+    if not text.startswith(head):
+        return None
+    end = text.find("}:", len(head))
+    if end < 0:
+        return None
+    return decode_name(text[len(head) : end]), text[end + 2 :]
+
+
+class _ClientCache:
+    """Clients per alias, remembered while Django's settings object is the same.
+
+    Django's cache handler is thread-local and comparatively slow to consult;
+    redis-py clients are thread-safe and fork-aware, so one per alias serves the
+    whole process. ``override_settings`` replaces the settings object, which
+    empties this cache.
+    """
+
+    def __init__(self) -> None:
+        self._entry: tuple[object, dict[str, tuple[Any, float]]] = (None, {})
+
+    def get(self, alias: str) -> tuple[Any, float]:
+        from .conf import _wrapped_settings
+
+        wrapped = _wrapped_settings()
+        owner, clients = self._entry
+        if owner is not wrapped:
+            clients = {}
+            self._entry = (wrapped, clients)
+        found = clients.get(alias)
+        if found is None:
+            client = _client_for(alias)
+            found = clients[alias] = (client, wait_chunk(client))
+        return found
+
+
+_clients = _ClientCache()
+
+
+def get_client(alias: str) -> Any:
+    """The synchronous redis-py client behind a cache alias.
+
+    Accepts django-redis caches and Django's built-in ``RedisCache``; anything
+    else is an ``ImproperlyConfigured`` naming the alias and its backend.
+    """
+    return _clients.get(alias)[0]
+
+
+def get_client_and_chunk(alias: str) -> tuple[Any, float]:
+    """The client and the longest one blocking command may wait on it."""
+    return _clients.get(alias)
+
+
+def _client_for(alias: str) -> Any:
+    try:
+        cache = caches[alias]
+    except InvalidCacheBackendError as exc:
+        raise ImproperlyConfigured(
+            f"django-redislock: cache alias {alias!r} is not defined in CACHES."
+        ) from exc
+    backend = f"{type(cache).__module__}.{type(cache).__qualname__}"
+    client = getattr(cache, "client", None)
+    get = getattr(client, "get_client", None)
+    try:
+        if callable(get):  # django-redis
+            return get(write=True)
+        inner = getattr(cache, "_cache", None)  # django.core.cache.backends.redis
+        if inner is not None and callable(getattr(inner, "get_client", None)):
+            return inner.get_client(None, write=True)
+    except (NotImplementedError, TypeError) as exc:
+        raise ImproperlyConfigured(
+            f"django-redislock: cache {alias!r} ({backend}) cannot give a raw Redis "
+            f"connection; use django-redis's DefaultClient or SentinelClient."
+        ) from exc
+    raise ImproperlyConfigured(
+        f"django-redislock: cache {alias!r} uses {backend}, which is not Redis-backed; "
+        f"use django_redis.cache.RedisCache."
+    )
+
+
+def wait_chunk(client: Any) -> float:
+    """The longest one blocking command may wait on this client's connections."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    socket_timeout = kwargs.get("socket_timeout")
+    if not socket_timeout:
+        return MAX_WAIT_CHUNK
+    return max(MIN_WAIT_CHUNK, min(MAX_WAIT_CHUNK, float(socket_timeout) * SOCKET_TIMEOUT_SHARE))
+
+
+#: What redis-py and the socket layer raise when Redis fails or is unreachable.
+BACKEND_ERRORS = (RedisError, OSError)
+
+
+def backend_error(name: str, exc: BaseException) -> LockBackendError:
+    """The ``LockBackendError`` for ``exc``; raise it ``from exc``."""
+    kind = "failed" if isinstance(exc, RedisError) else "is unreachable"
+    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+        kind = "is unreachable"
+    return LockBackendError(
+        f"Redis {kind} for lock {name!r}: {type(exc).__name__}: {exc}", name=name
+    )
+
+
+@contextlib.contextmanager
+def translate_errors(name: str) -> Iterator[None]:
+    """Turn redis-py and socket failures into ``LockBackendError``, cause chained."""
+    try:
+        yield
+    except BACKEND_ERRORS as exc:
+        raise backend_error(name, exc) from exc
+
+
+@contextlib.asynccontextmanager
+async def translate_errors_async(name: str) -> AsyncIterator[None]:
+    with translate_errors(name):
+        yield
+
+
+def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]:
+    """Every key matching ``match``, by SCAN in batches (never KEYS)."""
+    cursor: int = 0
+    while True:
+        cursor, batch = client.scan(cursor=cursor, match=match, count=count)
+        yield from batch
+        if not cursor:
+            return
+
+
+# --- asyncio clients ---------------------------------------------------------
+
+_ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
+    redis.connection.Connection: redis.asyncio.connection.Connection,
+    redis.connection.SSLConnection: redis.asyncio.connection.SSLConnection,
+    redis.connection.UnixDomainSocketConnection: (
+        redis.asyncio.connection.UnixDomainSocketConnection
+    ),
+}
+
+
+class _AsyncClients:
+    """asyncio clients mirroring sync pools, one per (event loop, pool).
+
+    asyncio connections belong to the loop that opened them, so the cache is
+    keyed weakly by loop and forgets a loop when it is garbage collected.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, sync_client: Any) -> Any | None:
+        pool = sync_client.connection_pool
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            per_loop = self._by_loop.setdefault(loop, {})
+            found = per_loop.get(id(pool))
+            if found is not None and found[0] is pool:
+                return found[1]
+        client = self._build(pool)
+        if client is not None:
+            with self._lock:
+                per_loop[id(pool)] = (pool, client)
+        return client
+
+    @staticmethod
+    def _build(pool: Any) -> Any | None:
+        if type(pool) is not redis.connection.ConnectionPool:
+            return None  # Sentinel, Cluster, custom pools: the caller falls back
+        async_class = _ASYNC_CONNECTION_CLASSES.get(pool.connection_class)
+        if async_class is None:
+            return None
+        accepted = set(inspect.signature(async_class.__init__).parameters)
+        for base in async_class.__mro__[1:]:
+            init = base.__dict__.get("__init__")
+            if init is not None:
+                accepted |= set(inspect.signature(init).parameters)
+        kwargs = {
+            k: v
+            for k, v in pool.connection_kwargs.items()
+            if k in accepted and k not in {"retry", "redis_connect_func", "self"}
+        }
+        async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
+        return redis.asyncio.Redis(connection_pool=async_pool)
+
+
+_async_clients = _AsyncClients()
+
+
+def get_async_client(sync_client: Any) -> Any | None:
+    """An asyncio client to the same server as ``sync_client``, or ``None``.
+
+    ``None`` means the topology has no asyncio mirror here; callers then run the
+    synchronous client in a worker thread.
+    """
+    return _async_clients.get(sync_client)

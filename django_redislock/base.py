@@ -1,0 +1,294 @@
+"""What every primitive shares: argument checks, holder state, the fair wait loop.
+
+A *holding* is one holder's claim on a primitive: its unguessable token, its
+nesting depth, its fencing token and lease. Holdings belong to one thread (sync)
+or one task (async) of one process; a holding seen from another process (after
+``fork()``) is ignored, so a child never releases or renews its parent's claim.
+
+Waiting is event driven: a waiter queues itself in the acquire script, then
+blocks on its own signal list with ``BLPOP``; the release script pushes to the
+list of the first waiter. Each ``BLPOP`` is bounded by the holder's remaining
+lease and by the connection's socket timeout, so a lost wake-up or a dead
+holder costs at most the rest of the lease, and a blocking command never
+outlives the socket timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import secrets
+import socket
+import threading
+import time
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+from . import backend, signals
+from .conf import LockSettings, get_settings
+from .watchdog import watchdog
+
+if TYPE_CHECKING:
+    from .scripts import Script
+
+#: Longest accepted name, in characters. Keys stay small and readable in tools.
+MAX_NAME_LENGTH = 1024
+#: A queued waiter that has not re-checked for this long past its wait chunk is
+#: presumed dead and skipped, so a killed waiter never blocks the queue for long.
+WAITER_GRACE_MS = 1000
+#: How long a name's fencing counter lives after it is (re)created. A new
+#: counter starts at the server clock in µs, so forgetting never goes backwards.
+FENCE_MEMORY_MS = 10_000
+
+
+# --- argument checks ------------------------------------------------------------
+
+
+def check_name(name: object, argument: str = "name") -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"{argument} must be a str, not {type(name).__name__}.")
+    if not name:
+        raise ValueError(f"{argument} must not be empty.")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{argument} is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}."
+        )
+    for char in name:
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs"):
+            raise ValueError(
+                f"{argument} must not contain control characters or lone surrogates; "
+                f"found {char!r} in {name[:60]!r}."
+            )
+    return name
+
+
+def check_seconds(
+    value: object, argument: str, *, allow_none: bool = True, allow_zero: bool = False
+) -> float | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise TypeError(f"{argument} must be a number of seconds, not None.")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}.")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{argument} must be finite, got {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{argument} must be {bound}, got {value!r}.")
+    return float(value)
+
+
+def check_bool(value: object, argument: str, *, allow_none: bool = True) -> bool | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, bool):
+        raise TypeError(f"{argument} must be True or False, not {value!r}.")
+    return value
+
+
+def check_alias(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"using must be a cache alias (non-empty str), not {value!r}.")
+    return value
+
+
+@functools.cache
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+def holder_description() -> str:
+    """Who holds a lock, for operators: ``host:pid:thread``."""
+    return f"{_hostname()}:{os.getpid()}:{threading.current_thread().name}"
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+# --- holdings ---------------------------------------------------------------------
+
+
+class Holding:
+    """One holder's claim; also what the watchdog renews."""
+
+    __slots__ = (
+        "__weakref__",
+        "acquired_at",
+        "active",
+        "client",
+        "depth",
+        "fencing_token",
+        "keys",
+        "kind",
+        "lease",
+        "lease_deadline",
+        "lost",
+        "name",
+        "pid",
+        "renew_args",
+        "renew_interval",
+        "renew_script",
+        "sender",
+        "sigprefix",
+        "token",
+    )
+
+    def __init__(
+        self,
+        *,
+        sender: type,
+        name: str,
+        kind: str,
+        token: str,
+        client: Any,
+        lease: float,
+        started: float,
+        fencing_token: int | None,
+        renew_script: Script,
+        keys: list[str],
+        sigprefix: str = "",
+    ) -> None:
+        self.sender = sender
+        self.name = name
+        self.kind = kind
+        self.token = token
+        self.client = client
+        self.lease = lease
+        self.depth = 1
+        self.pid = os.getpid()
+        self.fencing_token = fencing_token
+        self.acquired_at = time.monotonic()
+        # Measured from before the request was sent: never later than Redis's view.
+        self.lease_deadline = started + lease
+        self.renew_interval = lease / 3
+        self.renew_script = renew_script
+        self.keys = keys
+        self.sigprefix = sigprefix
+        self.renew_args = [token, int(lease * 1000)]
+        self.active = True
+        self.lost: str | None = None
+
+    def renew(self) -> bool:
+        if not self.active:
+            return True
+        started = time.monotonic()
+        with backend.translate_errors(self.name):
+            result = self.renew_script(self.client, self.keys, self.renew_args)
+        if result:
+            self.lease_deadline = started + self.lease
+            return True
+        return False
+
+    def mark_lost(self, reason: str) -> None:
+        if not self.active or self.lost is not None:
+            return
+        self.lost = reason
+        signals.lock_lost.send(
+            sender=self.sender,
+            name=self.name,
+            kind=self.kind,
+            held=time.monotonic() - self.acquired_at,
+            reason=reason,
+        )
+
+    def end(self) -> None:
+        """Stop renewing; the holding is over, however it ended."""
+        self.active = False
+        watchdog.unwatch(self)
+
+
+# --- primitives ------------------------------------------------------------------
+
+
+class Primitive:
+    """Options and Redis plumbing common to every primitive.
+
+    Options left as ``None`` are read from ``REDISLOCK`` at each acquire, so a
+    primitive built at import time still follows ``override_settings``.
+    """
+
+    kind = "primitive"
+    #: Key parts this primitive uses, in the order its scripts take them.
+    parts: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        using: str | None = None,
+    ) -> None:
+        self.name = check_name(name)
+        self.timeout = check_seconds(timeout, "timeout")
+        self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
+        self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+        self.auto_renew = check_bool(auto_renew, "auto_renew")
+        self.using = check_alias(using)
+        self._keys: tuple[str, list[str], str] | None = None
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # settings and keys, resolved at use
+
+    def _settings(self) -> LockSettings:
+        return get_settings()
+
+    def _client(self, settings: LockSettings) -> Any:
+        return backend.get_client(self.using or settings.cache)
+
+    def _client_and_chunk(self, settings: LockSettings) -> tuple[Any, float]:
+        return backend.get_client_and_chunk(self.using or settings.cache)
+
+    def _lease(self, settings: LockSettings) -> float:
+        return self.timeout if self.timeout is not None else settings.timeout
+
+    def _auto_renew(self, settings: LockSettings) -> bool:
+        return self.auto_renew if self.auto_renew is not None else settings.auto_renew
+
+    def _key_set(self, prefix: str) -> tuple[list[str], str]:
+        """All keys of this primitive and the signal-list prefix, for ``prefix``."""
+        cached = self._keys
+        if cached is not None and cached[0] == prefix:
+            return cached[1], cached[2]
+        keys = [backend.key(prefix, self.name, part) for part in self.parts]
+        sigprefix = backend.key(prefix, self.name, "signal:")
+        self._keys = (prefix, keys, sigprefix)
+        return keys, sigprefix
+
+    def _wait_budget(
+        self, blocking: bool | None, blocking_timeout: float | None, settings: LockSettings
+    ) -> tuple[bool, float | None]:
+        """Resolve per-call overrides: (blocking, seconds to wait or None for ever)."""
+        if blocking is None:
+            blocking = self.blocking
+        else:
+            check_bool(blocking, "blocking", allow_none=False)
+        if blocking_timeout is not None:
+            budget = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+        elif self.blocking_timeout is not None:
+            budget = self.blocking_timeout
+        else:
+            budget = settings.blocking_timeout
+        if not blocking:
+            budget = 0.0
+        return budget != 0.0, budget
+
+
+def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
+    """How long one BLPOP may block: the lease hint, the chunk, the deadline."""
+    wait = chunk
+    if hint_ms > 0:
+        wait = min(wait, hint_ms / 1000.0)
+    if deadline is not None:
+        wait = min(wait, deadline - time.monotonic())
+    return max(wait, backend.MIN_WAIT_CHUNK)

@@ -1,0 +1,90 @@
+"""System checks for ``REDISLOCK``; every id is listed in ``docs/checks.md``.
+
+Checks never connect to Redis: they look at settings and at the configured
+cache backends only, so ``manage.py check`` works on a build machine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+
+from .conf import DEFAULTS, validate
+
+REDIS_BACKENDS = (
+    "django_redis.cache.RedisCache",
+    "django.core.cache.backends.redis.RedisCache",
+)
+
+
+def _check_id(suffix: str) -> str:
+    return f"django_redislock.{suffix}"
+
+
+def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
+    caches = getattr(settings, "CACHES", {})
+    if alias not in caches:
+        return Error(
+            f"{setting} names cache alias {alias!r}, which is not in CACHES.",
+            hint=f"Add a django-redis cache {alias!r} to CACHES, or name another alias.",
+            id=_check_id("E003" if setting == "REDISLOCK['CACHE']" else "E011"),
+        )
+    backend = caches[alias].get("BACKEND", "")
+    if not _is_redis_backend(backend):
+        return Error(
+            f"{setting} names cache {alias!r}, whose BACKEND {backend!r} is not Redis.",
+            hint="Use django_redis.cache.RedisCache (or a subclass) for this cache.",
+            id=_check_id("E004"),
+        )
+    return None
+
+
+def _is_redis_backend(path: str) -> bool:
+    if path in REDIS_BACKENDS:
+        return True
+    from django.utils.module_loading import import_string
+
+    try:
+        backend = import_string(path)
+    except ImportError:
+        return False
+    for known in REDIS_BACKENDS:
+        try:
+            if issubclass(backend, import_string(known)):
+                return True
+        except ImportError:
+            continue
+    return False
+
+
+@register(Tags.caches, Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    raw = getattr(settings, "REDISLOCK", {})
+    messages: list[CheckMessage] = [
+        Error(p.msg, hint=p.hint or None, id=_check_id(p.id)) for p in validate(raw)
+    ]
+    if messages and any(m.id == _check_id("E001") for m in messages):
+        return messages
+    merged = {**DEFAULTS, **raw}
+    if isinstance(merged["CACHE"], str) and merged["CACHE"]:
+        problem = _cache_problem(merged["CACHE"], "REDISLOCK['CACHE']")
+        if problem is not None:
+            messages.append(problem)
+    redlock = merged["REDLOCK"]
+    if isinstance(redlock, list | tuple) and all(isinstance(a, str) and a for a in redlock):
+        for alias in redlock:
+            problem = _cache_problem(alias, "REDISLOCK['REDLOCK']")
+            if problem is not None:
+                messages.append(problem)
+        if len(redlock) >= 3 and len(redlock) % 2 == 0:
+            messages.append(
+                Warning(
+                    f"REDISLOCK['REDLOCK'] lists {len(redlock)} aliases; an even number "
+                    f"tolerates no more failures than one fewer.",
+                    hint="Use an odd number of independent Redis servers (3 or 5).",
+                    id=_check_id("W001"),
+                )
+            )
+    return messages

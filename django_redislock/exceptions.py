@@ -1,0 +1,45 @@
+"""Every error the app raises on purpose derives from :class:`LockError`.
+
+Errors carry data (``name``, ``retry_after``, ``available``) so callers can
+answer a user or schedule a retry without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class LockError(Exception):
+    """Base class of every lock failure, so one ``except`` covers them all."""
+
+    def __init__(self, message: str, *, name: str | None = None) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class LockTimeout(LockError):
+    """The primitive could not be acquired within the blocking timeout.
+
+    ``retry_after`` is the server's best guess, in seconds, of when the
+    current holder's lease ends (``None`` when unknown).
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, retry_after: float | None = None
+    ) -> None:
+        super().__init__(message, name=name)
+        self.retry_after = retry_after
+
+
+class LockNotOwnedError(LockError):
+    """Release or extend by someone who does not hold the lock."""
+
+
+class LockLostError(LockError):
+    """The lease was lost while the holder believed it held the lock.
+
+    It expired, an operator cleared it, or Redis lost it (restart, failover).
+    Work done under the lock since then was not mutually exclusive.
+    """
+
+
+class LockBackendError(LockError):
+    """Redis could not be reached or answered with an error; the cause is chained."""

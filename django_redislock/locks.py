@@ -1,0 +1,416 @@
+"""``Lock``: an exclusive, reentrant, fair, fenced lease on a name.
+
+Round trips: an uncontended acquire is one ``EVALSHA``; a release is one. A
+waiter adds one ``BLPOP`` per wake-up and one re-check, and one ``EVALSHA`` to
+leave the queue if it gives up.
+
+Timeline of a handoff, which is why waiters queue in the script::
+
+    A holds         B: acquire -> refused, queued     B: BLPOP signal:B ...
+    A: release -> DEL lock, RPUSH signal:B            B: wakes -> acquire -> held
+    A: acquire again at once -> refused (B is first in line), queued behind
+
+Without the queue a releaser that re-acquires at once wins nearly every race
+against a waiter that first has to wake up, and other processes starve.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any
+
+from . import backend, signals
+from .base import (
+    FENCE_MEMORY_MS,
+    WAITER_GRACE_MS,
+    Holding,
+    Primitive,
+    check_seconds,
+    holder_description,
+    new_token,
+    wait_seconds,
+)
+from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
+from .watchdog import watchdog
+
+logger = logging.getLogger(__name__)
+
+ACQUIRED, REFUSED, NOT_OURS = 1, 0, -1
+
+
+@dataclass(frozen=True)
+class LockState:
+    """A held lock as stored in Redis (see ``scripts/_lock_value.lua``)."""
+
+    token: str
+    waiters: bool
+    count: int
+    fencing_token: int
+    lease: float
+    since: float
+    holder: str
+
+
+def parse_lock_value(value: bytes | str | None) -> LockState | None:
+    """Decode a lock key's value; ``None`` for a missing or foreign value."""
+    if value is None:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    parts = text.split(":", 6)
+    if len(parts) != 7:
+        return None
+    token, waiters, count, fence, lease, since, holder = parts
+    try:
+        return LockState(
+            token=token,
+            waiters=waiters == "1",
+            count=int(count),
+            fencing_token=int(fence),
+            lease=int(lease) / 1000.0,
+            since=int(since) / 1000.0,
+            holder=holder,
+        )
+    except ValueError:
+        return None
+
+
+class LockBase(Primitive):
+    """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
+
+    kind = "lock"
+    parts = ("lock", "fence", "queue", "deadlines")
+
+    def _acquire_args(
+        self, token: str, lease_ms: int, mode: str, waiter_ttl_ms: int, sigprefix: str
+    ) -> list[Any]:
+        return [
+            token,
+            lease_ms,
+            mode,
+            waiter_ttl_ms,
+            sigprefix,
+            holder_description(),
+            FENCE_MEMORY_MS,
+            int(time.time() * 1000),
+        ]
+
+    def _new_holding(
+        self,
+        token: str,
+        client: Any,
+        lease: float,
+        started: float,
+        fence: int,
+        keys: list[str],
+        sigprefix: str,
+    ) -> Holding:
+        return Holding(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            token=token,
+            client=client,
+            lease=lease,
+            started=started,
+            fencing_token=fence,
+            renew_script=LOCK_EXTEND,
+            keys=[keys[0], keys[2], keys[3]],
+            sigprefix=sigprefix,
+        )
+
+    def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
+        retry = retry_after_ms / 1000.0 if retry_after_ms and retry_after_ms > 0 else None
+        return LockTimeout(
+            f"Could not acquire {self.kind} {self.name!r} in time.",
+            name=self.name,
+            retry_after=retry,
+        )
+
+    def _not_owned(self) -> LockNotOwnedError:
+        return LockNotOwnedError(
+            f"{self.kind.capitalize()} {self.name!r} is not held by this holder.", name=self.name
+        )
+
+    def _lost(self, holding: Holding) -> LockLostError:
+        reason = holding.lost or "the lease expired or was cleared before release"
+        return LockLostError(
+            f"{self.kind.capitalize()} {self.name!r} was lost: {reason}.", name=self.name
+        )
+
+    def _after_release(self, holding: Holding, result: int) -> None:
+        """Bookkeeping once the release script answered ``result``; raises when lost."""
+        if result == NOT_OURS:
+            holding.mark_lost("the lease was gone when the holder released it")
+            holding.end()
+            raise self._lost(holding)
+        holding.depth -= 1
+        if holding.depth > 0:
+            return
+        lost = holding.lost
+        holding.end()
+        if lost is not None:
+            raise self._lost(holding)
+        signals.lock_released.send(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            held=time.monotonic() - holding.acquired_at,
+        )
+
+    def _release_failed(self, holding: Holding) -> None:
+        """Redis could not be told: stop renewing, so the lease frees the lock."""
+        if holding.depth <= 1:
+            holding.end()
+
+    @staticmethod
+    def _exit_error(
+        error: BaseException, exc_type: type[BaseException] | None, exc: BaseException | None
+    ) -> None:
+        """Raise ``error`` from ``__exit__`` unless another exception is already on its way."""
+        if exc is None:
+            raise error
+        if sys.version_info >= (3, 11):
+            exc.add_note(f"django-redislock: {error}")
+
+
+class Lock(LockBase):
+    """An exclusive lock on ``name``, shared by every process that uses the same Redis.
+
+    Guarantees, as long as Redis keeps its data: at most one holder at a time; a
+    holder can only release or extend its own claim; every acquire gets a
+    fencing token greater than all earlier ones for the name; waiters are
+    served in arrival order. The lease (``timeout``) bounds how long a crashed
+    holder blocks others; with ``auto_renew`` the watchdog keeps a live
+    holder's lease going. If the lease is lost anyway the holder is told
+    (``lock_lost``, ``LockLostError``) rather than carrying on unaware.
+
+    Reentrant per holder: the same ``Lock`` object in the same thread may
+    acquire again; the lock is freed by the matching last release.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        using: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            using=using,
+        )
+        self._local = threading.local()
+
+    # holder state --------------------------------------------------------------
+
+    def _holding(self) -> Holding | None:
+        holding: Holding | None = getattr(self._local, "holding", None)
+        if holding is not None and holding.pid != os.getpid():
+            self._local.holding = None  # inherited through fork(): not ours
+            return None
+        return holding
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of this holder's current hold (``None`` when not held)."""
+        holding = self._holding()
+        return holding.fencing_token if holding is not None else None
+
+    # acquire ----------------------------------------------------------------------
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take the lock; ``False`` when it could not be taken in time.
+
+        Raises ``LockBackendError`` when Redis cannot be reached, and
+        ``LockLostError`` when a nested acquire finds the outer hold lost.
+        """
+        return self._acquire(blocking, blocking_timeout) is None
+
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+        settings = self._settings()
+        client, chunk = self._client_and_chunk(settings)
+        keys, sigprefix = self._key_set(settings.key_prefix)
+        lease = self._lease(settings)
+        lease_ms = int(lease * 1000)
+        holding = self._holding()
+        if holding is not None:
+            self._nest(holding, client, keys, lease_ms, sigprefix)
+            return None
+
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        token = new_token()
+        begun = time.monotonic()
+        deadline = None if budget is None else begun + budget
+        waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
+        mode = "wait" if may_wait else "try"
+        args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix)
+        signal_key = sigprefix + token
+        queued = False
+        try:
+            while True:
+                started = time.monotonic()
+                status, value = LOCK_ACQUIRE(client, keys, args)
+                if status == ACQUIRED:
+                    break
+                queued = may_wait
+                if not may_wait or (deadline is not None and time.monotonic() >= deadline):
+                    self._give_up(client, keys, sigprefix, token, queued, begun)
+                    return int(value)
+                client.blpop([signal_key], timeout=wait_seconds(value, chunk, deadline))
+        except BaseException as exc:
+            if queued:
+                self._leave_queue_quietly(client, keys, sigprefix, token)
+            if isinstance(exc, backend.BACKEND_ERRORS):
+                raise backend.backend_error(self.name, exc) from exc
+            raise
+        holding = self._new_holding(token, client, lease, started, value, keys, sigprefix)
+        self._local.holding = holding
+        if self._auto_renew(settings):
+            watchdog.watch(holding)
+        signals.lock_acquired.send(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            waited=started - begun,
+            fencing_token=value,
+        )
+        return None
+
+    def _nest(
+        self, holding: Holding, client: Any, keys: list[str], lease_ms: int, sigprefix: str
+    ) -> None:
+        args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix)
+        with backend.translate_errors(self.name):
+            status, _ = LOCK_ACQUIRE(client, keys, args)
+        if status == NOT_OURS:
+            holding.mark_lost("the lease was gone when the holder acquired it again")
+            raise self._lost(holding)
+        holding.depth += 1
+
+    def _give_up(
+        self,
+        client: Any,
+        keys: list[str],
+        sigprefix: str,
+        token: str,
+        queued: bool,
+        begun: float,
+    ) -> None:
+        if queued:
+            self._leave_queue(client, keys, sigprefix, token)
+        signals.lock_contended.send(
+            sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
+        )
+
+    def _leave_queue(self, client: Any, keys: list[str], sigprefix: str, token: str) -> None:
+        with backend.translate_errors(self.name):
+            QUEUE_CANCEL(client, keys[2:4], [token, sigprefix])
+
+    def _leave_queue_quietly(
+        self, client: Any, keys: list[str], sigprefix: str, token: str
+    ) -> None:
+        """Best effort while another error is on its way; the waiter's queue
+        entry expires by itself if Redis cannot be told."""
+        try:
+            QUEUE_CANCEL(client, keys[2:4], [token, sigprefix])
+        except backend.BACKEND_ERRORS as exc:
+            logger.debug("Could not leave the wait queue of %r: %s", self.name, exc)
+
+    # release, extend, inspect ---------------------------------------------------------
+
+    def release(self) -> None:
+        """Release one level of this holder's hold.
+
+        Raises ``LockNotOwnedError`` when this holder does not hold the lock and
+        ``LockLostError`` when it did but the lease was lost in the meantime.
+        """
+        holding = self._holding()
+        if holding is None:
+            raise self._not_owned()
+        try:
+            try:
+                result = LOCK_RELEASE(
+                    holding.client, holding.keys, [holding.token, holding.sigprefix]
+                )
+            except BaseException as exc:
+                self._release_failed(holding)
+                if isinstance(exc, backend.BACKEND_ERRORS):
+                    raise backend.backend_error(self.name, exc) from exc
+                raise
+            self._after_release(holding, result)
+        finally:
+            if not holding.active:
+                self._local.holding = None
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Reset the lease to ``seconds`` (default: the lock's timeout) from now."""
+        holding = self._holding()
+        if holding is None:
+            raise self._not_owned()
+        lease = check_seconds(seconds, "seconds") or holding.lease
+        started = time.monotonic()
+        with backend.translate_errors(self.name):
+            result = LOCK_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
+        if not result:
+            holding.mark_lost("the lease was gone when the holder extended it")
+            raise self._lost(holding)
+        holding.lease_deadline = started + lease
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock right now."""
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        with backend.translate_errors(self.name):
+            return bool(self._client(settings).exists(keys[0]))
+
+    def owned(self) -> bool:
+        """Whether this holder holds the lock, according to Redis."""
+        holding = self._holding()
+        if holding is None:
+            return False
+        keys, _ = self._key_set(self._settings().key_prefix)
+        with backend.translate_errors(self.name):
+            state = parse_lock_value(holding.client.get(keys[0]))
+        return state is not None and state.token == holding.token
+
+    def ttl(self) -> float | None:
+        """Seconds left on the current lease (anyone's), or ``None`` when free."""
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        with backend.translate_errors(self.name):
+            remaining = self._client(settings).pttl(keys[0])
+        return remaining / 1000.0 if remaining >= 0 else None
+
+    # context manager ------------------------------------------------------------------
+
+    def __enter__(self) -> Lock:
+        retry = self._acquire(None, None)
+        if retry is not None:
+            raise self._timeout_error(retry)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except LockLostError as error:
+            self._exit_error(error, exc_type, exc)

@@ -1,0 +1,61 @@
+"""Lua scripts, loaded from the ``.lua`` files beside this module and run by SHA.
+
+Scripts get the shared preludes (files starting with ``_``) prepended, so the
+lock value format and the fair wait queue are each written once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+_PRELUDES = ("_lock_value.lua", "_queue.lua")
+
+
+def _read(filename: str) -> str:
+    return resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+
+
+class Script:
+    """One Lua script: its text, its SHA1, and how to run it by SHA.
+
+    Runs ``EVALSHA`` and only sends the text (``SCRIPT LOAD``) after a
+    ``NOSCRIPT`` reply, which happens once per server, and again after a restart
+    or ``SCRIPT FLUSH``.
+    """
+
+    def __init__(self, filename: str, *, prelude: bool = True) -> None:
+        body = _read(filename)
+        if prelude:
+            body = "\n".join(_read(p) for p in _PRELUDES) + "\n" + body
+        self.name = filename
+        self.text = body
+        self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+
+    def __call__(self, client: Any, keys: list[str] | tuple[str, ...], args: list[Any]) -> Any:
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(self.text)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def run_async(
+        self, client: Any, keys: list[str] | tuple[str, ...], args: list[Any]
+    ) -> Any:
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.text)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def __repr__(self) -> str:
+        return f"<Script {self.name} {self.sha[:8]}>"
+
+
+LOCK_ACQUIRE = Script("lock_acquire.lua")
+LOCK_RELEASE = Script("lock_release.lua")
+LOCK_EXTEND = Script("lock_extend.lua")
+QUEUE_CANCEL = Script("queue_cancel.lua")

@@ -1,0 +1,20 @@
+-- Shared prelude of the Lock scripts: the lock's value.
+--
+-- A held lock is one STRING key with a lease (PEXPIRE), so taking a free lock
+-- is one SET NX PX. Its value:
+--   <token>:<waiters>:<count>:<fence>:<lease_ms>:<since_ms>:<holder>
+-- token    the holder's hex token          waiters  1 when the queue may be non-empty
+-- count    reentrant hold count            fence    fencing token of this hold
+-- lease_ms lease set by the last acquire or renewal
+-- since_ms holder's wall clock at acquire (display only)
+-- holder   host:pid:thread (display only; may contain ':')
+
+local function lock_value(token, waiters, count, fence, lease, since, holder)
+  return token .. ':' .. waiters .. ':' .. count .. ':' .. string.format('%.0f', fence) .. ':'
+    .. lease .. ':' .. since .. ':' .. holder
+end
+
+-- token, waiters, count, fence, lease, since, holder; nil when unparseable.
+local function parse_lock(value)
+  return string.match(value, '^(%x+):(%d):(%d+):(%d+):(%d+):(%d+):(.*)$')
+end

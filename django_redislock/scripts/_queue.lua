@@ -1,0 +1,105 @@
+-- Shared prelude of the fair wait queue, prepended to the scripts that use it.
+--
+-- A primitive's wait queue is two keys:
+--   queue      ZSET  member = waiter token, score = arrival time (server µs)
+--   deadlines  HASH  waiter token -> server ms after which the waiter is presumed dead
+-- A waiter refreshes its deadline every time it re-checks, so only a waiter that
+-- died or gave up without cancelling is ever pruned. Each waiter blocks on its own
+-- list, <signal prefix><token>; waking it is one RPUSH.
+
+local function server_time()
+  local t = redis.call('TIME')
+  local s, us = tonumber(t[1]), tonumber(t[2])
+  return s * 1000 + math.floor(us / 1000), s * 1000000 + us
+end
+
+-- The first live waiter, after dropping dead ones from the front; false if none.
+local function queue_head(queue, deadlines, now_ms)
+  while true do
+    local head = redis.call('ZRANGE', queue, 0, 0)[1]
+    if not head then
+      return false
+    end
+    local deadline = tonumber(redis.call('HGET', deadlines, head) or '0')
+    if deadline >= now_ms then
+      return head, deadline
+    end
+    redis.call('ZREM', queue, head)
+    redis.call('HDEL', deadlines, head)
+  end
+end
+
+local function signal(sigprefix, token, ttl_ms)
+  local key = sigprefix .. token
+  if redis.call('LLEN', key) == 0 then
+    redis.call('RPUSH', key, '1')
+  end
+  redis.call('PEXPIRE', key, math.max(ttl_ms, 1) + 1000)
+end
+
+local function wake_head(queue, deadlines, sigprefix, now_ms)
+  local head, deadline = queue_head(queue, deadlines, now_ms)
+  if head then
+    signal(sigprefix, head, deadline - now_ms)
+  end
+  return head
+end
+
+local function enqueue(queue, deadlines, token, now_ms, now_us, waiter_ttl_ms)
+  redis.call('ZADD', queue, 'NX', now_us, token)
+  redis.call('HSET', deadlines, token, now_ms + waiter_ttl_ms)
+  local keep = waiter_ttl_ms + 1000
+  if redis.call('PTTL', queue) < keep then
+    redis.call('PEXPIRE', queue, keep)
+    redis.call('PEXPIRE', deadlines, keep)
+  end
+end
+
+local function dequeue(queue, deadlines, sigprefix, token)
+  if redis.call('ZREM', queue, token) == 1 then
+    redis.call('HDEL', deadlines, token)
+    redis.call('DEL', sigprefix .. token)
+    return true
+  end
+  return false
+end
+
+-- Set the waiters flag of a held lock's value, so its release wakes the queue.
+local function mark_waiters(lock)
+  local value = redis.call('GET', lock)
+  if value then
+    local colon = string.find(value, ':', 1, true)
+    if colon and string.sub(value, colon + 1, colon + 1) == '0' then
+      redis.call('SET', lock, string.sub(value, 1, colon) .. '1' .. string.sub(value, colon + 2),
+        'KEEPTTL')
+    end
+  end
+end
+
+-- Fencing tokens never go backwards, even when Redis restarted empty: a token is
+-- at least the server clock in µs, and at least one more than the last one given.
+-- Set the waiters flag of a held lock's value, so its release wakes the queue.
+local function mark_waiters(lock)
+  local value = redis.call('GET', lock)
+  if value then
+    local colon = string.find(value, ':', 1, true)
+    if colon and string.sub(value, colon + 1, colon + 1) == '0' then
+      redis.call('SET', lock, string.sub(value, 1, colon) .. '1' .. string.sub(value, colon + 2),
+        'KEEPTTL')
+    end
+  end
+end
+
+-- Fencing tokens never go backwards, even when Redis restarted empty: the
+-- counter starts from the server clock in µs whenever it is (re)created, and
+-- it is forgotten only FENCE_MEMORY after it was created, long after the clock
+-- has passed any value it reached. The common case is one INCR.
+local function next_fence(fence_key, fence_ttl_ms)
+  local fence = redis.call('INCR', fence_key)
+  if fence == 1 then
+    local _, now_us = server_time()
+    fence = now_us
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', fence_ttl_ms)
+  end
+  return fence
+end

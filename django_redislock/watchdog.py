@@ -1,0 +1,147 @@
+"""One renewal thread per process for every auto-renewed lease.
+
+The thread is started by the first ``watch`` and exits after it has had
+nothing to renew for ``IDLE_EXIT`` seconds, so a hot acquire/release loop never
+starts a thread per acquire, and an idle process keeps no thread. It holds only
+weak references: a holding whose primitive was dropped without release stops
+being renewed and its lease runs out, as if its process had died.
+
+A renewal that finds the lease no longer ours, or cannot reach Redis before
+the lease would have ended, marks the holding lost and sends ``lock_lost``.
+
+After ``fork()`` the child starts with an empty watchdog: it never renews (or
+releases) what its parent holds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import weakref
+from typing import Protocol
+
+from .exceptions import LockBackendError
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the thread lingers with nothing to renew before it exits.
+IDLE_EXIT = 5.0
+#: Retry delay after a renewal that could not reach Redis.
+RETRY_DELAY = 0.2
+
+
+class Renewable(Protocol):
+    """What the watchdog needs of a holding."""
+
+    renew_interval: float
+    lease_deadline: float
+
+    def renew(self) -> bool:
+        """Extend the lease one more term; ``False`` if it is no longer ours."""
+
+    def mark_lost(self, reason: str) -> None: ...
+
+
+class Watchdog:
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        # id(holding) -> (weakref, next due time); insertion order is irrelevant
+        self._watched: dict[int, tuple[weakref.ref[Renewable], float]] = {}
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")
+
+    def watch(self, holding: Renewable) -> None:
+        due = time.monotonic() + holding.renew_interval
+        with self._cond:
+            self._watched[id(holding)] = (weakref.ref(holding), due)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="django-redislock-watchdog", daemon=True
+                )
+                self._thread.start()
+            elif due < self._wake_at:
+                self._cond.notify()
+
+    def unwatch(self, holding: Renewable) -> None:
+        with self._cond:
+            self._watched.pop(id(holding), None)
+
+    def watching(self) -> int:
+        return len(self._watched)
+
+    def _run(self) -> None:
+        idle_since: float | None = None
+        while True:
+            due_now: list[Renewable] = []
+            with self._cond:
+                now = time.monotonic()
+                if not self._watched:
+                    if idle_since is None:
+                        idle_since = now
+                    if now - idle_since >= IDLE_EXIT:
+                        self._thread = None
+                        self._wake_at = float("inf")
+                        return
+                    self._wake_at = idle_since + IDLE_EXIT
+                    self._cond.wait(self._wake_at - now)
+                    continue
+                idle_since = None
+                earliest = float("inf")
+                for key, (ref, due) in list(self._watched.items()):
+                    holding = ref()
+                    if holding is None:
+                        del self._watched[key]
+                    elif due <= now:
+                        due_now.append(holding)
+                    else:
+                        earliest = min(earliest, due)
+                if not due_now:
+                    self._wake_at = earliest
+                    if earliest != float("inf"):
+                        self._cond.wait(earliest - now)
+                    continue
+            for holding in due_now:
+                self._renew(holding)
+
+    def _renew(self, holding: Renewable) -> None:
+        started = time.monotonic()
+        try:
+            still_ours = holding.renew()
+        except LockBackendError as exc:
+            if time.monotonic() >= holding.lease_deadline:
+                self._lose(holding, f"could not reach Redis before the lease ended: {exc}")
+            else:
+                logger.warning("Lease renewal failed, retrying: %s", exc)
+                self._reschedule(holding, time.monotonic() + RETRY_DELAY)
+            return
+        except Exception:  # a bug must not kill the thread that renews every lease
+            logger.exception("Lease renewal crashed; retrying")
+            self._reschedule(holding, time.monotonic() + RETRY_DELAY)
+            return
+        if not still_ours:
+            self._lose(holding, "the lease was gone when the watchdog renewed it")
+            return
+        self._reschedule(holding, started + holding.renew_interval)
+
+    def _reschedule(self, holding: Renewable, due: float) -> None:
+        with self._cond:
+            entry = self._watched.get(id(holding))
+            if entry is not None and entry[0]() is holding:
+                self._watched[id(holding)] = (entry[0], due)
+
+    def _lose(self, holding: Renewable, reason: str) -> None:
+        self.unwatch(holding)
+        holding.mark_lost(reason)
+
+    def _reset_after_fork(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._watched = {}
+        self._thread = None
+        self._wake_at = float("inf")
+
+
+watchdog = Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=watchdog._reset_after_fork)

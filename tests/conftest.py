@@ -1,0 +1,126 @@
+"""The test rig: one private Redis per session, flushed between tests.
+
+- ``REDIS_URL`` set: use that server instead (it is flushed between tests!).
+- Otherwise start ``redis-server`` on a free loopback port.
+- No binary: fall back to fakeredis's TCP server and say so in the header,
+  unless ``REDISLOCK_REQUIRE_REDIS=1`` (CI), which makes that an error.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from tests.servers import REDIS_SERVER, FakeTcpRedis, RedisServer
+
+_session: dict[str, Any] = {}
+
+
+def _start_session_redis() -> tuple[str, str, Any]:
+    if os.environ.get("REDIS_URL"):
+        return os.environ["REDIS_URL"], f"existing server at {os.environ['REDIS_URL']}", None
+    if REDIS_SERVER is not None:
+        server = RedisServer().start()
+        version = server.client().info("server")["redis_version"]
+        return server.url, f"private redis-server {version} at {server.url}", server
+    if os.environ.get("REDISLOCK_REQUIRE_REDIS") == "1":
+        raise pytest.UsageError(
+            "REDISLOCK_REQUIRE_REDIS=1 but no redis-server binary was found; "
+            "install it (apt-get install redis-server) or unset the variable."
+        )
+    fake = FakeTcpRedis().start()
+    return (
+        fake.url,
+        (
+            f"FALLBACK: no redis-server binary found, using fakeredis's TCP server at {fake.url}. "
+            "Concurrency results from this run prove nothing; install redis-server."
+        ),
+        fake,
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        return
+    url, description, server = _start_session_redis()
+    os.environ["REDISLOCK_TEST_REDIS_URL"] = url
+    _session.update(url=url, description=description, server=server)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = _session.pop("server", None)
+    if server is not None:
+        server.stop()
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from django.conf import settings
+
+    database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    return [
+        f"redis: {_session.get('description')}",
+        f"database: {database}",
+    ]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _redis_settings() -> Iterator[str]:
+    """Point the ``default`` cache at the session's server for every test."""
+    from django.test import override_settings
+
+    from tests.settings import redis_cache
+
+    caches = {
+        "default": redis_cache(_session["url"]),
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    with override_settings(CACHES=caches):
+        yield _session["url"]
+
+
+@pytest.fixture
+def redis_url(_redis_settings: str) -> str:
+    return _redis_settings
+
+
+@pytest.fixture
+def redis_client(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture(autouse=True)
+def _flush_redis(_redis_settings: str) -> Iterator[None]:
+    client = redis.Redis.from_url(_redis_settings)
+    client.flushall()
+    yield
+    client.close()
+
+
+@pytest.fixture
+def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
+    """Start extra ``redis-server`` processes; all are stopped after the test."""
+    started: list[RedisServer] = []
+
+    def start(*args: str) -> RedisServer:
+        if REDIS_SERVER is None:
+            pytest.skip("needs a redis-server binary")
+        server = RedisServer(args=args).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def real_redis() -> None:
+    """Mark a test as meaningful only against a real server (skip on the fallback)."""
+    if isinstance(_session.get("server"), FakeTcpRedis):
+        pytest.skip("needs a real redis-server, not the fakeredis fallback")

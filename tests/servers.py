@@ -1,0 +1,156 @@
+"""Private Redis servers for the tests: started on free loopback ports, never 6379.
+
+``RedisServer`` runs a real ``redis-server`` binary; ``FakeTcpRedis`` runs
+fakeredis's TCP server in a thread, the fallback for machines with no binary
+(never allowed in CI). Both are context managers that always clean up.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import redis
+
+REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN") or shutil.which("redis-server")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    if port == 6379:  # never the shared default
+        return free_port()
+    return int(port)
+
+
+def wait_for_ping(url: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    client = redis.Redis.from_url(url, socket_timeout=1, socket_connect_timeout=1)
+    try:
+        while True:
+            try:
+                if client.ping():
+                    return
+            except (redis.ConnectionError, redis.TimeoutError, OSError):
+                pass
+            except redis.ResponseError as exc:  # LOADING: still starting
+                if "LOADING" not in str(exc):
+                    raise
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"Redis at {url} did not answer PING within {timeout}s")
+            time.sleep(0.02)
+    finally:
+        client.close()
+
+
+class RedisServer:
+    """One ``redis-server`` process with no persistence, in its own temp dir."""
+
+    def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
+        if REDIS_SERVER is None:
+            raise RuntimeError("redis-server is not installed")
+        self.port = port or free_port()
+        self.args = list(args)
+        self.dir = Path(tempfile.mkdtemp(prefix=f"redislock-redis-{self.port}-"))
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> RedisServer:
+        assert REDIS_SERVER is not None
+        command = [
+            REDIS_SERVER,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--dir", str(self.dir),
+            "--logfile", str(self.dir / "redis.log"),
+            "--protected-mode", "no",
+            *self.args,
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            wait_for_ping(self.url)
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def client(self, **kwargs: object) -> redis.Redis:
+        return redis.Redis.from_url(self.url, **kwargs)  # type: ignore[arg-type]
+
+    def kill(self) -> None:
+        """SIGKILL: the server vanishes with everything it held."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(10)
+
+    def restart(self) -> None:
+        """Kill and start again on the same port, empty."""
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class FakeTcpRedis:
+    """fakeredis's TCP server in a daemon thread: a stand-in for laptops only."""
+
+    def __init__(self, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self._server: object = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> FakeTcpRedis:
+        from fakeredis import TcpFakeServer
+
+        server = TcpFakeServer(("127.0.0.1", self.port), server_type="redis")
+        server.daemon_threads = True
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
+        self._thread.start()
+        wait_for_ping(self.url)
+        return self
+
+    def stop(self) -> None:
+        server = self._server
+        if server is not None:
+            server.shutdown()  # type: ignore[attr-defined]
+            server.server_close()  # type: ignore[attr-defined]
+
+    def __enter__(self) -> FakeTcpRedis:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

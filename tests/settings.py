@@ -1,0 +1,102 @@
+"""Django settings for the test suite.
+
+The Redis URL comes from ``REDISLOCK_TEST_REDIS_URL``, which ``conftest.py``
+sets once it has started the session's private server, so worker processes
+spawned by the tests find the same server. ``DATABASE_URL`` (postgres://...)
+switches the database from SQLite to PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from urllib.parse import unquote, urlparse
+
+SECRET_KEY = "django-redislock-tests-not-secret"
+DEBUG = False
+USE_TZ = True
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.AutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_redislock",
+    "tests",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+STATIC_URL = "/static/"
+
+
+def database_from_url(url: str) -> dict[str, object]:
+    parsed = urlparse(url)
+    if parsed.scheme not in ("postgres", "postgresql"):
+        raise ValueError(f"DATABASE_URL must be postgres://..., got {url!r}")
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parsed.path.lstrip("/")) or "postgres",
+        "USER": unquote(parsed.username or ""),
+        "PASSWORD": unquote(parsed.password or ""),
+        "HOST": parsed.hostname or "",
+        "PORT": str(parsed.port or ""),
+    }
+
+
+_sqlite_dir = os.environ.setdefault(
+    "REDISLOCK_TEST_SQLITE_DIR", tempfile.mkdtemp(prefix="redislock-sqlite-")
+)
+if os.environ.get("DATABASE_URL"):
+    DATABASES = {"default": database_from_url(os.environ["DATABASE_URL"])}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": os.path.join(_sqlite_dir, "db.sqlite3"),
+            # A file, not :memory:, so that worker processes share the test database.
+            "TEST": {"NAME": os.path.join(_sqlite_dir, "test.sqlite3")},
+            "OPTIONS": {"timeout": 30},
+        }
+    }
+
+REDIS_URL = os.environ.get("REDISLOCK_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
+
+
+def redis_cache(url: str, **options: object) -> dict[str, object]:
+    return {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": url,
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", **options},
+    }
+
+
+CACHES = {
+    "default": redis_cache(REDIS_URL),
+    "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+}

@@ -1,0 +1,298 @@
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import pytest
+import redis
+from django.test import override_settings
+
+from django_redislock import (
+    Lock,
+    LockBackendError,
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeout,
+)
+from django_redislock import signals as lock_signals
+from django_redislock.locks import parse_lock_value
+from tests.signals_helper import capture
+
+
+def test_acquire_release_and_key_goes_away(redis_client: redis.Redis) -> None:
+    lock = Lock("sku:1")
+    assert lock.acquire()
+    assert lock.locked()
+    assert lock.owned()
+    assert redis_client.exists("redislock:{sku:1}:lock")
+    lock.release()
+    assert not lock.locked()
+    assert not redis_client.exists("redislock:{sku:1}:lock")
+
+
+def test_second_holder_is_refused_without_blocking() -> None:
+    first, second = Lock("x"), Lock("x")
+    assert first.acquire()
+    assert second.acquire(blocking=False) is False
+    assert not second.owned()
+    first.release()
+    assert second.acquire(blocking=False)
+    second.release()
+
+
+def test_context_manager_raises_lock_timeout_with_retry_after() -> None:
+    holder = Lock("x", timeout=20)
+    holder.acquire()
+    with pytest.raises(LockTimeout) as info, Lock("x", blocking_timeout=0.05):
+        pass
+    assert info.value.name == "x"
+    assert info.value.retry_after is not None
+    assert 0 < info.value.retry_after <= 20
+    holder.release()
+
+
+def test_reentrant_nesting_keeps_key_until_last_release(redis_client: redis.Redis) -> None:
+    lock = Lock("nest")
+    with lock:
+        token = lock.fencing_token
+        with lock:
+            assert lock.fencing_token == token
+            state = parse_lock_value(redis_client.get("redislock:{nest}:lock"))
+            assert state is not None
+            assert state.count == 2
+            assert state.fencing_token == token
+        assert lock.locked()
+    assert not lock.locked()
+
+
+def test_same_object_in_another_thread_is_another_holder() -> None:
+    lock = Lock("threads")
+    lock.acquire()
+    seen: list[bool] = []
+    thread = threading.Thread(target=lambda: seen.append(lock.acquire(blocking=False)))
+    thread.start()
+    thread.join()
+    assert seen == [False]
+    lock.release()
+
+
+def test_fencing_tokens_strictly_increase() -> None:
+    tokens = []
+    for _ in range(20):
+        with Lock("fence") as lock:
+            tokens.append(lock.fencing_token)
+    assert all(isinstance(t, int) for t in tokens)
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == len(tokens)
+
+
+def test_fencing_tokens_survive_data_loss(redis_client: redis.Redis) -> None:
+    with Lock("fence") as lock:
+        before = lock.fencing_token
+    redis_client.flushall()  # what a restart without persistence does to the data
+    with Lock("fence") as lock:
+        assert lock.fencing_token is not None and before is not None
+        assert lock.fencing_token > before
+
+
+def test_release_by_non_holder_raises_not_owned() -> None:
+    holder, other = Lock("x"), Lock("x")
+    holder.acquire()
+    with pytest.raises(LockNotOwnedError):
+        other.release()
+    with pytest.raises(LockNotOwnedError):
+        other.extend()
+    assert holder.owned()
+    holder.release()
+
+
+def test_extend_and_ttl() -> None:
+    lock = Lock("ttl", timeout=5, auto_renew=False)
+    assert lock.ttl() is None
+    with lock:
+        ttl = lock.ttl()
+        assert ttl is not None and 0 < ttl <= 5
+        lock.extend(60)
+        ttl = lock.ttl()
+        assert ttl is not None and 5 < ttl <= 60
+
+
+def test_expired_lease_is_reported_on_release(redis_client: redis.Redis) -> None:
+    lock = Lock("short", timeout=0.1, auto_renew=False)
+    with capture(lock_signals.lock_lost) as lost, pytest.raises(LockLostError), lock:
+        redis_client.delete("redislock:{short}:lock")  # an operator clears it
+    assert [call["name"] for call in lost] == ["short"]
+
+
+def test_lost_lease_does_not_mask_the_exception_in_flight(redis_client: redis.Redis) -> None:
+    lock = Lock("mask", auto_renew=False)
+    with pytest.raises(KeyError):
+        with lock:
+            redis_client.delete("redislock:{mask}:lock")
+            raise KeyError("the real problem")
+
+
+def test_another_holder_cannot_release_after_expiry(redis_client: redis.Redis) -> None:
+    slow = Lock("expiry", timeout=0.2, auto_renew=False)
+    slow.acquire()
+    redis_client.pexpire("redislock:{expiry}:lock", 1)
+    fast = Lock("expiry")
+    assert fast.acquire(blocking_timeout=5)
+    with pytest.raises(LockLostError):
+        slow.release()  # must not delete fast's lock
+    assert fast.owned()
+    fast.release()
+
+
+def test_watchdog_keeps_lease_alive_past_timeout() -> None:
+    lock = Lock("long", timeout=0.3, auto_renew=True)
+    with lock:
+        deadline = time.monotonic() + 1.2
+        while time.monotonic() < deadline:
+            assert lock.owned()
+            time.sleep(0.05)
+        assert lock.owned()
+
+
+def test_watchdog_tells_holder_when_lease_cleared(redis_client: redis.Redis) -> None:
+    lock = Lock("cleared", timeout=0.3, auto_renew=True)
+    event = threading.Event()
+
+    def on_lost(**kwargs: object) -> None:
+        if kwargs["name"] == "cleared":
+            event.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        with pytest.raises(LockLostError):
+            with lock:
+                redis_client.delete("redislock:{cleared}:lock")
+                assert event.wait(5), "lock_lost was not sent by the watchdog"
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+
+
+def test_waiter_is_woken_by_release() -> None:
+    holder = Lock("handoff", timeout=30)
+    holder.acquire()
+    got: list[float] = []
+    ready = threading.Event()
+
+    def wait() -> None:
+        ready.set()
+        lock = Lock("handoff", blocking_timeout=20)
+        start = time.monotonic()
+        assert lock.acquire()
+        got.append(time.monotonic() - start)
+        lock.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    ready.wait()
+    time.sleep(0.3)  # let the waiter queue up and block (not synchronisation of the result)
+    released = time.monotonic()
+    holder.release()
+    thread.join(10)
+    assert got, "waiter never acquired"
+    # woken by the release, not by the lease (30 s) or the fallback chunk (2 s)
+    assert time.monotonic() - released < 1.5
+
+
+def test_waiter_after_holder_lease_expires_without_release(redis_client: redis.Redis) -> None:
+    dead = Lock("dead", timeout=0.5, auto_renew=False)
+    dead.acquire()  # never released: the lease must free it
+    start = time.monotonic()
+    assert Lock("dead", blocking_timeout=10).acquire()
+    assert time.monotonic() - start < 5
+
+
+def test_contended_signal_when_giving_up() -> None:
+    holder = Lock("contended")
+    holder.acquire()
+    with capture(lock_signals.lock_contended) as calls:
+        assert not Lock("contended", blocking_timeout=0.1).acquire()
+    assert len(calls) == 1
+    assert calls[0]["kind"] == "lock"
+    assert calls[0]["waited"] >= 0.09
+    holder.release()
+
+
+def test_acquired_and_released_signals() -> None:
+    with (
+        capture(lock_signals.lock_acquired) as acquired,
+        capture(lock_signals.lock_released) as released,
+        Lock("sig") as lock,
+    ):
+        token = lock.fencing_token
+    assert acquired[0]["name"] == "sig"
+    assert acquired[0]["fencing_token"] == token
+    assert released[0]["held"] >= 0
+
+
+def test_giving_up_leaves_no_queue_behind(redis_client: redis.Redis) -> None:
+    holder = Lock("q")
+    holder.acquire()
+    assert not Lock("q", blocking_timeout=0.05).acquire()
+    assert redis_client.zcard("redislock:{q}:queue") == 0
+    holder.release()
+    assert Lock("q").acquire(blocking=False)
+
+
+def test_unreachable_redis_raises_backend_error() -> None:
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches), pytest.raises(LockBackendError) as info:
+        Lock("down").acquire()
+    assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"name": ""}, ValueError),
+        ({"name": 42}, TypeError),
+        ({"name": "a\x00b"}, ValueError),
+        ({"name": "x" * 2000}, ValueError),
+        ({"name": "x", "timeout": 0}, ValueError),
+        ({"name": "x", "timeout": -1}, ValueError),
+        ({"name": "x", "timeout": math.nan}, ValueError),
+        ({"name": "x", "timeout": math.inf}, ValueError),
+        ({"name": "x", "timeout": "5"}, TypeError),
+        ({"name": "x", "blocking_timeout": -0.5}, ValueError),
+        ({"name": "x", "blocking_timeout": math.nan}, ValueError),
+        ({"name": "x", "auto_renew": "yes"}, TypeError),
+        ({"name": "x", "using": ""}, TypeError),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, object], error: type[Exception]) -> None:
+    name = kwargs.pop("name")
+    with pytest.raises(error) as info:
+        Lock(name, **kwargs)  # type: ignore[arg-type]
+    argument = next(iter(kwargs), "name")
+    assert argument in str(info.value)
+
+
+def test_names_with_braces_share_a_slot_and_do_not_collide(redis_client: redis.Redis) -> None:
+    a, b = Lock("a{b}c"), Lock("a%7Bb%7Dc")
+    assert a.acquire(blocking=False)
+    assert b.acquire(blocking=False)  # a different name, a different key
+    keys = sorted(k.decode() for k in redis_client.scan_iter("redislock:*:lock"))
+    assert keys == ["redislock:{a%257Bb%257Dc}:lock", "redislock:{a%7Bb%7Dc}:lock"]
+    a.release()
+    b.release()
+
+
+def test_key_prefix_setting(redis_client: redis.Redis) -> None:
+    with override_settings(REDISLOCK={"KEY_PREFIX": "shop"}), Lock("p"):
+        assert redis_client.exists("shop:{p}:lock")
+
+
+def test_script_reloaded_after_script_flush(redis_client: redis.Redis) -> None:
+    with Lock("noscript"):
+        pass
+    redis_client.script_flush()
+    with Lock("noscript"):
+        pass
