@@ -14,14 +14,17 @@ from .exceptions import (
     LockNotOwnedError,
     LockTimeout,
 )
+from .fencing import FenceField, fenced_update
 from .locks import Lock
 
 __all__ = [
     "AsyncLock",
+    "FenceField",
     "Lock",
     "LockBackendError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
     "LockTimeout",
+    "fenced_update",
 ]

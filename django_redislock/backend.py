@@ -197,6 +197,13 @@ _ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
 }
 
 
+#: Sync connection options that must not be copied to the asyncio mirror: objects
+#: bound to the sync pool, the sync parser class (django-redis sets one; an
+#: asyncio connection needs its own), and redis-py 8's maintenance-notification
+#: handlers, which belong to the sync pool.
+_NOT_MIRRORED = frozenset({"retry", "redis_connect_func", "self", "parser_class"})
+
+
 class _AsyncClients:
     """asyncio clients mirroring sync pools, one per (event loop, pool).
 
@@ -239,7 +246,7 @@ class _AsyncClients:
         kwargs = {
             k: v
             for k, v in pool.connection_kwargs.items()
-            if k in accepted and k not in {"retry", "redis_connect_func", "self"}
+            if k in accepted and k not in _NOT_MIRRORED and not k.startswith("maint_notifications")
         }
         async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
         return redis.asyncio.Redis(connection_pool=async_pool)

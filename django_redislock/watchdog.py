@@ -8,6 +8,12 @@ being renewed and its lease runs out, as if its process had died.
 
 A renewal that finds the lease no longer ours, or cannot reach Redis before
 the lease would have ended, marks the holding lost and sends ``lock_lost``.
+A failed renewal is retried only while another attempt, as slow as the failed
+one, would still end before the lease does, so the holder is told no later
+than its lease end (as the holder measures it, which is never later than
+Redis's) as long as the connection has a socket timeout well under a third of
+the lease. Without a socket timeout, a black-holed connection blocks the
+renewal until the operating system gives up on it.
 
 After ``fork()`` the child starts with an empty watchdog: it never renews (or
 releases) what its parent holds.
@@ -110,7 +116,10 @@ class Watchdog:
         try:
             still_ours = holding.renew()
         except LockBackendError as exc:
-            if time.monotonic() >= holding.lease_deadline:
+            # Report the loss no later than the lease end: if another attempt,
+            # failing as slowly as this one, would end past it, give up now.
+            now = time.monotonic()
+            if now + RETRY_DELAY + (now - started) >= holding.lease_deadline:
                 self._lose(holding, f"could not reach Redis before the lease ended: {exc}")
             else:
                 logger.warning("Lease renewal failed, retrying: %s", exc)

@@ -1,0 +1,102 @@
+"""Fenced writes: the database refuses a write made with an outdated fencing token.
+
+A lock cannot stop a holder that was paused past its lease (GC, SIGSTOP, a VM
+migration) from writing when it resumes: by then another holder has the lock
+and a newer fencing token. The defence is at the resource. A row remembers the
+highest token that wrote it, and a write is one conditional ``UPDATE``::
+
+    UPDATE ... SET ..., fence = <token> WHERE <your filter> AND fence < <token>
+
+Timeline of the case it covers::
+
+    A: acquire -> token 7       A: paused ...............  A: resumes, writes with 7
+    (lease runs out)            B: acquire -> token 8
+                                B: writes with 8 (fence=8) A's write: 8 < 7 is false,
+                                                           refused, nothing changed
+
+The check and the write are one statement, so they are atomic on every
+database Django supports; no transaction or row lock is needed for it.
+
+Importing this module imports ``django.db.models`` but defines no model, so it
+works before the app registry is ready.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import models
+
+__all__ = ["FenceField", "fenced_update"]
+
+
+class FenceField(models.BigIntegerField):  # type: ignore[type-arg]
+    """The highest fencing token that wrote this row (0 for never).
+
+    A ``BigIntegerField``: fencing tokens start from the Redis server's clock in
+    microseconds (about 2**51 today), beyond a 32-bit integer.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("default", 0)
+        kwargs.setdefault("editable", False)
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self) -> Any:
+        name, path, args, kwargs = super().deconstruct()
+        if kwargs.get("default") == 0:
+            del kwargs["default"]
+        if kwargs.get("editable") is False:
+            del kwargs["editable"]
+        return name, path, args, kwargs
+
+
+def check_token(token: object) -> int:
+    if isinstance(token, bool) or not isinstance(token, int):
+        raise TypeError(
+            f"token must be an int fencing token (lock.fencing_token), not {type(token).__name__}."
+        )
+    if token <= 0:
+        raise ValueError(f"token must be a positive fencing token, got {token!r}.")
+    return token
+
+
+def fenced_update(
+    target: models.Model | models.QuerySet[Any],
+    token: int,
+    *,
+    field: str = "fence",
+    **values: Any,
+) -> bool:
+    """Write ``values`` only where the row's ``field`` is below ``token``; whether it did.
+
+    ``target`` is a saved model instance (its row, by primary key) or a
+    queryset, whose own filter is kept: pass
+    ``Item.objects.filter(pk=pk, stock__gte=n)`` to guard a stock deduction
+    by both the fence and the stock. ``values`` are what ``QuerySet.update``
+    takes (``F()`` expressions included), and ``field`` is set to ``token`` in
+    the same statement.
+
+    Returns ``True`` when at least one row was written. ``False`` means a
+    holder with a newer (or the same) token has written since, or that no row
+    matched: either way nothing changed, and the caller must not carry on as
+    if it had. On a model instance the written values are not reloaded
+    (``F()`` expressions are not evaluated); ``field`` is updated in memory.
+    """
+    token = check_token(token)
+    if not isinstance(field, str) or not field:
+        raise TypeError(f"field must be the name of the fence field, not {field!r}.")
+    if isinstance(target, models.Model):
+        if target.pk is None:
+            raise ValueError("target must be a saved model instance (its pk is None).")
+        queryset: models.QuerySet[Any] = type(target)._default_manager.filter(pk=target.pk)
+    elif isinstance(target, models.QuerySet):
+        queryset = target
+    else:
+        raise TypeError(
+            f"target must be a model instance or a QuerySet, not {type(target).__name__}."
+        )
+    updated = queryset.filter(**{f"{field}__lt": token}).update(**values, **{field: token})
+    if updated and isinstance(target, models.Model):
+        setattr(target, field, token)
+    return bool(updated)

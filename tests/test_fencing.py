@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db.models import F
+
+from django_redislock import FenceField, Lock, fenced_update
+from tests.procs import CTX, processes
+
+pytestmark = pytest.mark.django_db
+
+
+def test_newer_token_writes_older_and_equal_are_refused() -> None:
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create(value="a")
+    assert fenced_update(record, 10, value="b")
+    assert record.fence == 10
+    assert not fenced_update(record, 9, value="stale")
+    assert not fenced_update(record, 10, value="same token again")
+    record.refresh_from_db()
+    assert (record.value, record.fence) == ("b", 10)
+
+
+def test_queryset_keeps_its_own_filter_and_takes_expressions() -> None:
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create(value="x", writes=1)
+    guarded = FencedRecord.objects.filter(pk=record.pk, writes__gte=2)
+    assert not fenced_update(guarded, 5, writes=F("writes") - 2)  # the guard refuses
+    assert fenced_update(FencedRecord.objects.filter(pk=record.pk), 5, writes=F("writes") + 1)
+    record.refresh_from_db()
+    assert (record.writes, record.fence) == (2, 5)
+
+
+def test_tokens_from_a_lock_fence_writes(redis_client: Any) -> None:
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create()
+    with Lock("fenced") as lock:
+        first = lock.fencing_token
+        assert first is not None
+    with Lock("fenced") as lock:
+        second = lock.fencing_token
+        assert second is not None
+        assert fenced_update(record, second, value="second")
+    assert not fenced_update(record, first, value="first, late")
+    record.refresh_from_db()
+    assert record.value == "second"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "argument"),
+    [
+        ({"token": "7"}, TypeError, "token"),
+        ({"token": True}, TypeError, "token"),
+        ({"token": None}, TypeError, "token"),
+        ({"token": 0}, ValueError, "token"),
+        ({"token": -3}, ValueError, "token"),
+        ({"token": 1, "field": ""}, TypeError, "field"),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception], argument: str) -> None:
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create()
+    with pytest.raises(error, match=argument):
+        fenced_update(record, **kwargs)
+
+
+def test_bad_targets() -> None:
+    from tests.models import FencedRecord
+
+    with pytest.raises(ValueError, match="saved"):
+        fenced_update(FencedRecord(), 1, value="x")
+    with pytest.raises(TypeError, match="target"):
+        fenced_update("not a row", 1)  # type: ignore[arg-type]
+
+
+def test_fence_field_holds_microsecond_clock_tokens() -> None:
+    from tests.models import FencedRecord
+
+    big = 2**62
+    record = FencedRecord.objects.create()
+    assert fenced_update(record, big, value="big")
+    record.refresh_from_db()
+    assert record.fence == big
+    _, path, _, kwargs = FenceField().deconstruct()
+    assert path == "django_redislock.fencing.FenceField"
+    assert kwargs == {}
+
+
+def _write_with_token(pk: int, token: int, results: Any) -> None:
+    from tests.models import FencedRecord
+
+    results.put((token, fenced_update(FencedRecord.objects.filter(pk=pk), token, value=str(token))))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_racing_processes_leave_the_highest_token() -> None:
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create()
+    results = CTX.Queue()
+    tokens = [5, 3, 9, 1, 7, 8]
+    with processes(_write_with_token, [(record.pk, t, results) for t in tokens]):
+        pass
+    outcomes = dict(results.get(timeout=10) for _ in tokens)
+    record.refresh_from_db()
+    assert (record.fence, record.value) == (9, "9")
+    assert outcomes[9] is True
+    # every applied write was newer than every write applied before it, so the
+    # number applied is at most the length of an increasing run of arrivals
+    assert 1 <= sum(outcomes.values()) <= len(tokens)
