@@ -197,6 +197,12 @@ _ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
 }
 
 
+#: Connection arguments that are objects of the sync client (its parser class; redis-py >= 7
+#: adds maintenance-notification handlers there); the asyncio pool makes its own.
+_NOT_MIRRORED = frozenset({"retry", "redis_connect_func", "self", "parser_class"})
+_SYNC_ONLY_PREFIXES = ("maint_notifications", "oss_cluster_maint_notifications", "orig_")
+
+
 class _AsyncClients:
     """asyncio clients mirroring sync pools, one per (event loop, pool).
 
@@ -239,7 +245,7 @@ class _AsyncClients:
         kwargs = {
             k: v
             for k, v in pool.connection_kwargs.items()
-            if k in accepted and k not in {"retry", "redis_connect_func", "self"}
+            if k in accepted and k not in _NOT_MIRRORED and not k.startswith(_SYNC_ONLY_PREFIXES)
         }
         async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
         return redis.asyncio.Redis(connection_pool=async_pool)
