@@ -12,6 +12,7 @@ import os
 import time
 
 import redis
+from django.test import override_settings
 
 from django_redislock import Lock, LockLostError
 from tests.naive import NaiveLock
@@ -21,8 +22,12 @@ SAMPLES = "proof:samples"  # the gauge as each holder saw it on entry
 COUNTER = "proof:counter"
 
 
-def client() -> redis.Redis:
-    return redis.Redis.from_url(os.environ["REDISLOCK_TEST_REDIS_URL"], decode_responses=True)
+def client(url: str | None = None) -> redis.Redis:
+    """A plain client for mailboxes and gauges. No socket timeout: redis-py 8's
+    default of 5 s would cut a long ``BLPOP`` on a mailbox short."""
+    return redis.Redis.from_url(
+        url or os.environ["REDISLOCK_TEST_REDIS_URL"], decode_responses=True, socket_timeout=None
+    )
 
 
 def post(conn: redis.Redis, box: str, value: object = "1") -> None:
@@ -70,9 +75,11 @@ def naive_setnx_then_crash(name: str, lease: float) -> None:
 
 def ours_acquire_then_hang(name: str, lease: float) -> None:
     conn = client()
-    assert Lock(name, timeout=lease).acquire(blocking=False)
+    lock = Lock(name, timeout=lease)  # kept referenced: the watchdog renews it until the kill
+    assert lock.acquire(blocking=False)
     post(conn, "holds")
     hang(conn)
+    lock.release()  # never reached
 
 
 def ours_hot_loop(name: str, lease: float) -> None:
@@ -176,11 +183,16 @@ def read_sleep_write(rounds: int, mode: str) -> None:
 
 
 def waiter(name: str) -> None:
-    """Wait for ever (no blocking timeout) and report when the lock came."""
+    """Wait with no time limit at all and report when the lock came.
+
+    If a dead holder or waiter could block the lock for ever, this hangs and the
+    test's process timeout fails it.
+    """
     conn = client()
-    lock = Lock(name, timeout=10, blocking_timeout=None)
+    lock = Lock(name, timeout=10)
     post(conn, "waiting")
-    assert lock.acquire()
+    with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": None}):
+        assert lock.acquire()
     conn.rpush("proof:acquired-at", repr(time.time()))
     enter(conn)
     leave(conn)

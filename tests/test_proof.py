@@ -30,7 +30,7 @@ LOCK_KEY = "redislock:{{{}}}:lock"
 
 @pytest.fixture
 def conn(redis_url: str) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    client = w.client(redis_url)
     yield client
     client.close()
 
@@ -57,11 +57,14 @@ def sigkill(proc: BaseProcess) -> None:
     assert proc.exitcode == -9
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+def wait_until(
+    check: Callable[[], bool], timeout: float = 30, what: str | Callable[[], str] = ""
+) -> None:
     """Poll Redis state that has no event of its own (e.g. "is queued")."""
     deadline = time.monotonic() + timeout
     while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
 
 
@@ -176,7 +179,13 @@ def test_d_killed_holder_frees_the_lock_after_its_lease_and_nobody_waits_for_eve
         with processes(w.waiter, [("d",)] * waiters, timeout=60):
             for _ in range(waiters):
                 w.take(conn, "waiting")
-            wait_until(lambda: conn.zcard("redislock:{d}:queue") == waiters, what="queued")
+            wait_until(
+                lambda: conn.zcard("redislock:{d}:queue") == waiters,
+                what=lambda: (
+                    f"queued: {conn.zrange('redislock:{d}:queue', 0, -1)} "
+                    f"lock: {conn.get('redislock:{d}:lock')}"
+                ),
+            )
             killed_at = time.time()
             sigkill(holder)
     times = sorted(float(t) - killed_at for t in conn.lrange("proof:acquired-at", 0, -1))
