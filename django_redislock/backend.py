@@ -197,11 +197,10 @@ _ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
 }
 
 
-#: Sync connection options that must not be copied to the asyncio mirror: objects
-#: bound to the sync pool, the sync parser class (django-redis sets one; an
-#: asyncio connection needs its own), and redis-py 8's maintenance-notification
-#: handlers, which belong to the sync pool.
+#: Connection arguments that are objects of the sync client (its parser class; redis-py >= 7
+#: adds maintenance-notification handlers there); the asyncio pool makes its own.
 _NOT_MIRRORED = frozenset({"retry", "redis_connect_func", "self", "parser_class"})
+_SYNC_ONLY_PREFIXES = ("maint_notifications", "oss_cluster_maint_notifications", "orig_")
 
 
 class _AsyncClients:
@@ -246,7 +245,7 @@ class _AsyncClients:
         kwargs = {
             k: v
             for k, v in pool.connection_kwargs.items()
-            if k in accepted and k not in _NOT_MIRRORED and not k.startswith("maint_notifications")
+            if k in accepted and k not in _NOT_MIRRORED and not k.startswith(_SYNC_ONLY_PREFIXES)
         }
         async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
         return redis.asyncio.Redis(connection_pool=async_pool)

@@ -1,0 +1,157 @@
+"""Every check id listed in ``docs/checks.md`` is triggered here, by id, with a hint."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.checks import CheckMessage, Error, Warning, run_checks
+from django.test import override_settings
+from django_redis.cache import RedisCache
+
+from django_redislock.checks import check_settings
+from tests.servers import free_port
+from tests.settings import redis_cache
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "checks.md"
+
+
+class SubclassedRedisCache(RedisCache):
+    """A project's own subclass of django-redis's cache is still Redis."""
+
+
+def caches(**extra: dict[str, Any]) -> dict[str, Any]:
+    # An unreachable port: checks must never connect to Redis.
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    return {
+        "default": redis_cache(url),
+        "r1": redis_cache(url),
+        "r2": redis_cache(url),
+        "r3": redis_cache(url),
+        "r4": redis_cache(url),
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        **extra,
+    }
+
+
+def check(redislock: object, **extra_caches: dict[str, Any]) -> list[CheckMessage]:
+    with override_settings(REDISLOCK=redislock, CACHES=caches(**extra_caches)):
+        return check_settings()
+
+
+def ids(messages: list[CheckMessage]) -> list[str]:
+    return [str(m.id) for m in messages]
+
+
+def test_every_documented_id_is_tested_here() -> None:
+    documented = set(re.findall(r"`django_redislock\.([EW]\d{3})`", DOCS.read_text()))
+    source = Path(__file__).read_text()
+    tested = set(re.findall(r'\b([EW]\d{3})"', source))
+    assert documented, "no ids found in docs/checks.md"
+    assert documented <= tested, f"untested check ids: {sorted(documented - tested)}"
+
+
+def test_defaults_and_valid_settings_pass() -> None:
+    assert check({}) == []
+    valid = {
+        "CACHE": "default",
+        "KEY_PREFIX": "shop:locks",
+        "TIMEOUT": 5,
+        "BLOCKING_TIMEOUT": None,
+        "AUTO_RENEW": False,
+        "REDLOCK": ["r1", "r2", "r3"],
+    }
+    assert check(valid) == []
+
+
+def test_missing_redislock_setting_is_fine() -> None:
+    with override_settings(CACHES=caches()):
+        from django.conf import settings
+
+        del settings.REDISLOCK
+        assert check_settings() == []
+
+
+@pytest.mark.parametrize(
+    ("redislock", "check_id", "mentions"),
+    [
+        ("redislock", "E001", "must be a dict"),
+        (["CACHE"], "E001", "not list"),
+        ({"TIMEOUTS": 5}, "E002", "TIMEOUTS"),
+        ({"CACHE": ""}, "E003", "CACHE"),
+        ({"CACHE": 3}, "E003", "CACHE"),
+        ({"CACHE": "nope"}, "E003", "'nope'"),
+        ({"CACHE": "locmem"}, "E004", "LocMemCache"),
+        ({"CACHE": "bad_path"}, "E004", "no.such.Backend"),
+        ({"KEY_PREFIX": ""}, "E005", "KEY_PREFIX"),
+        ({"KEY_PREFIX": "a{b}"}, "E005", "KEY_PREFIX"),
+        ({"KEY_PREFIX": "locks*"}, "E005", "KEY_PREFIX"),
+        ({"KEY_PREFIX": 7}, "E005", "KEY_PREFIX"),
+        ({"TIMEOUT": 0}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": -1}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": math.nan}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": math.inf}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": "30"}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": True}, "E006", "TIMEOUT"),
+        ({"BLOCKING_TIMEOUT": -1}, "E007", "BLOCKING_TIMEOUT"),
+        ({"BLOCKING_TIMEOUT": math.inf}, "E007", "BLOCKING_TIMEOUT"),
+        ({"BLOCKING_TIMEOUT": "10"}, "E007", "BLOCKING_TIMEOUT"),
+        ({"AUTO_RENEW": "yes"}, "E008", "AUTO_RENEW"),
+        ({"AUTO_RENEW": 1}, "E008", "AUTO_RENEW"),
+        ({"REDLOCK": "r1,r2,r3"}, "E009", "REDLOCK"),
+        ({"REDLOCK": ["r1", 2, "r3"]}, "E009", "REDLOCK"),
+        ({"REDLOCK": ["r1", "r2"]}, "E010", "at least 3"),
+        ({"REDLOCK": ["r1", "r1", "r2"]}, "E010", "distinct"),
+        ({"REDLOCK": ["r1", "r2", "missing"]}, "E011", "'missing'"),
+        ({"REDLOCK": ["r1", "r2", "locmem"]}, "E004", "locmem"),
+    ],
+)
+def test_each_problem_is_reported_by_id_with_a_hint(
+    redislock: object, check_id: str, mentions: str
+) -> None:
+    messages = check(redislock, bad_path={"BACKEND": "no.such.Backend"})
+    assert ids(messages) == [f"django_redislock.{check_id}"]
+    (message,) = messages
+    assert isinstance(message, Error)
+    assert mentions in message.msg
+    if check_id != "E008":  # the message says all there is to say
+        assert message.hint
+
+
+def test_even_number_of_redlock_aliases_warns_w001() -> None:
+    messages = check({"REDLOCK": ["r1", "r2", "r3", "r4"]})
+    assert ids(messages) == ["django_redislock.W001"]
+    assert isinstance(messages[0], Warning)
+    assert messages[0].hint and "odd" in messages[0].hint
+
+
+def test_several_problems_are_all_reported() -> None:
+    messages = check({"TIMEOUT": 0, "AUTO_RENEW": None, "CACHE": "locmem"})
+    assert sorted(ids(messages)) == [
+        "django_redislock.E004",
+        "django_redislock.E006",
+        "django_redislock.E008",
+    ]
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "django.core.cache.backends.redis.RedisCache",
+        "django_redis.cache.RedisCache",
+        f"{__name__}.SubclassedRedisCache",
+    ],
+)
+def test_redis_backends_are_accepted(backend: str) -> None:
+    redis_caches = {"default": {"BACKEND": backend, "LOCATION": "redis://127.0.0.1:1/0"}}
+    with override_settings(REDISLOCK={}, CACHES=redis_caches):
+        assert check_settings() == []
+
+
+def test_check_is_registered_with_django() -> None:
+    with override_settings(REDISLOCK={"CACHE": "locmem"}, CACHES=caches()):
+        found = [m for m in run_checks(tags=["caches"]) if m.id.startswith("django_redislock")]
+    assert ids(found) == ["django_redislock.E004"]

@@ -1,0 +1,101 @@
+"""A child made by ``fork()`` neither owns, renews nor releases its parent's lock."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+
+import pytest
+import redis
+
+from django_redislock import Lock, LockNotOwnedError
+from django_redislock.watchdog import watchdog
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+
+def fork_and_run(child: object, in_parent: object = None) -> int:
+    """Run ``child()`` in a forked process; its return value is the exit status.
+
+    ``in_parent()``, if given, runs in the parent right after the fork.
+    """
+    with warnings.catch_warnings():
+        # 3.12+ warns that forking a multi-threaded process (the watchdog) may deadlock;
+        # the child here touches nothing the watchdog holds.
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        status = 1
+        try:
+            assert callable(child)
+            status = int(child())
+        except BaseException as exc:
+            print(f"child failed: {exc!r}", file=sys.stderr)
+        finally:
+            os._exit(status)
+    if callable(in_parent):
+        in_parent()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status)
+
+
+def test_forked_child_does_not_own_renew_or_release(redis_client: redis.Redis) -> None:
+    lock = Lock("forked", timeout=0.6)
+    assert lock.acquire()
+    parent_token = lock.fencing_token
+
+    def child() -> int:
+        failures = 0
+        if lock.owned() or lock.fencing_token is not None:
+            failures |= 2
+        if watchdog.watching() != 0 or watchdog._thread is not None:
+            failures |= 4
+        try:
+            lock.release()
+        except LockNotOwnedError:
+            pass
+        else:
+            failures |= 8
+        if lock.acquire(blocking=False):  # the parent still holds it
+            failures |= 16
+        if not lock.locked():
+            failures |= 32
+        return failures
+
+    assert fork_and_run(child) == 0
+    # the parent keeps the lock, renewed by its own watchdog past several leases
+    time.sleep(1.5)
+    assert lock.owned()
+    assert lock.fencing_token == parent_token
+    lock.release()
+    assert not redis_client.exists("redislock:{forked}:lock")
+
+
+def test_child_can_take_its_own_locks_after_fork() -> None:
+    lock = Lock("child-own", timeout=5)
+
+    def child() -> int:
+        with lock:
+            ok = lock.owned() and watchdog.watching() == 1
+        return 0 if ok and not lock.locked() else 1
+
+    assert fork_and_run(child) == 0
+
+
+def test_child_does_not_renew_the_parents_lease(redis_client: redis.Redis) -> None:
+    lock = Lock("orphan", timeout=0.5)  # auto-renewed in the parent
+    lock.acquire()
+    holding = lock._holding()
+    assert holding is not None
+
+    def child() -> int:
+        time.sleep(1.5)  # three leases: a renewing child would keep the key alive
+        return 0
+
+    def parent_stops_renewing() -> None:
+        watchdog.unwatch(holding)  # as if the parent had stopped
+
+    assert fork_and_run(child, parent_stops_renewing) == 0
+    assert not redis_client.exists("redislock:{orphan}:lock")

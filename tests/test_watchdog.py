@@ -1,0 +1,125 @@
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import pytest
+from django.test import override_settings
+
+from django_redislock import Lock, LockError, LockLostError
+from django_redislock import signals as lock_signals
+from django_redislock import watchdog as watchdog_module
+from django_redislock.watchdog import watchdog
+from tests.servers import RedisServer
+from tests.settings import redis_cache
+from tests.signals_helper import capture
+
+THREAD_NAME = "django-redislock-watchdog"
+
+
+def watchdog_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == THREAD_NAME]
+
+
+def test_one_thread_for_many_locks_and_threads() -> None:
+    locks = [Lock(f"many:{i}", timeout=5) for i in range(20)]
+    for lock in locks:
+        assert lock.acquire()
+    inner: list[bool] = []
+
+    def hold_more() -> None:
+        with Lock("many:thread", timeout=5):
+            inner.append(len(watchdog_threads()) == 1)
+
+    thread = threading.Thread(target=hold_more)
+    thread.start()
+    thread.join(10)
+    assert inner == [True]
+    assert len(watchdog_threads()) == 1
+    for lock in locks:
+        lock.release()
+    assert len(watchdog_threads()) <= 1
+
+
+def test_thread_exits_after_idle_and_restarts_on_demand(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    with Lock("idle", timeout=5):
+        pass
+    thread = watchdog._thread
+    if thread is not None:  # may already have exited
+        thread.join(10)
+        assert not thread.is_alive()
+    assert watchdog_threads() == []
+    with Lock("idle", timeout=5) as lock:
+        assert len(watchdog_threads()) == 1
+        assert lock.owned()
+
+
+def test_no_thread_without_auto_renew(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    thread = watchdog._thread
+    if thread is not None:
+        thread.join(10)
+    with Lock("manual", timeout=5, auto_renew=False):
+        assert watchdog_threads() == []
+
+
+def test_renewal_keeps_many_short_leases_alive() -> None:
+    locks = [Lock(f"short:{i}", timeout=0.3) for i in range(5)]
+    for lock in locks:
+        lock.acquire()
+    time.sleep(1.2)  # four leases
+    assert all(lock.owned() for lock in locks)
+    for lock in locks:
+        lock.release()
+
+
+def test_lock_lost_fires_when_redis_dies_mid_hold(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    server = redis_server_factory()
+    lease = 1.5
+    cache = redis_cache(server.url, SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5)
+    lost = threading.Event()
+
+    def on_lost(**kwargs: object) -> None:
+        if kwargs["name"] == "doomed":
+            lost.set()
+
+    with override_settings(CACHES={"default": cache}), capture(lock_signals.lock_lost) as calls:
+        lock_signals.lock_lost.connect(on_lost)
+        try:
+            with pytest.raises(LockError) as info:
+                with Lock("doomed", timeout=lease):
+                    server.kill()
+                    killed = time.monotonic()
+                    assert lost.wait(lease + 10), "lock_lost never fired"
+                    noticed = time.monotonic() - killed
+        finally:
+            lock_signals.lock_lost.disconnect(on_lost)
+    # told by the end of the lease (plus a renewal attempt's socket timeout)
+    assert noticed < lease + 2
+    assert [c["name"] for c in calls] == ["doomed"]
+    assert "could not reach Redis" in str(calls[0]["reason"])
+    # leaving the block cannot talk to Redis either: a LockError, never a redis-py one
+    assert isinstance(info.value, LockError)
+
+
+def test_lock_lost_from_the_watchdog_then_lock_lost_error_on_exit(redis_client: object) -> None:
+    import redis
+
+    assert isinstance(redis_client, redis.Redis)
+    lost = threading.Event()
+
+    def on_lost(**kwargs: object) -> None:
+        lost.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        with pytest.raises(LockLostError, match="watchdog"):
+            with Lock("stolen", timeout=0.3):
+                redis_client.delete("redislock:{stolen}:lock")
+                assert lost.wait(5)
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
