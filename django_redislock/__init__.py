@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .async_locks import AsyncLock
 from .exceptions import (
+    InsufficientStock,
     LockBackendError,
     LockError,
     LockLostError,
@@ -15,13 +16,16 @@ from .exceptions import (
     LockTimeout,
 )
 from .locks import Lock
+from .multilock import MultiLock
 
 __all__ = [
     "AsyncLock",
+    "InsufficientStock",
     "Lock",
     "LockBackendError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
     "LockTimeout",
+    "MultiLock",
 ]
