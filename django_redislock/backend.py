@@ -188,6 +188,8 @@ def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]
 
 # --- asyncio clients ---------------------------------------------------------
 
+_SYNC_ONLY_PREFIXES = ("maint", "orig_", "himport", "oss_cluster")
+
 _ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
     redis.connection.Connection: redis.asyncio.connection.Connection,
     redis.connection.SSLConnection: redis.asyncio.connection.SSLConnection,
@@ -239,7 +241,10 @@ class _AsyncClients:
         kwargs = {
             k: v
             for k, v in pool.connection_kwargs.items()
-            if k in accepted and k not in {"retry", "redis_connect_func", "self"}
+            if k in accepted
+            and k not in {"retry", "redis_connect_func", "self", "parser_class"}
+            # sync parser classes and (redis-py >= 7) sync-only maintenance machinery
+            and not k.startswith(_SYNC_ONLY_PREFIXES)
         }
         async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
         return redis.asyncio.Redis(connection_pool=async_pool)
