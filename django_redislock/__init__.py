@@ -7,6 +7,7 @@ models, so ``from django_redislock import Lock`` works before apps are ready.
 from __future__ import annotations
 
 from .async_locks import AsyncLock
+from .decorators import require_lock
 from .exceptions import (
     InsufficientStock,
     LockBackendError,
@@ -28,4 +29,5 @@ __all__ = [
     "LockNotOwnedError",
     "LockTimeout",
     "MultiLock",
+    "require_lock",
 ]
