@@ -85,3 +85,20 @@ urlpatterns = [
     path("self/<int:pk>/", SelfAttributeView.as_view()),
     path("async/<int:pk>/", buy_async),
 ]
+
+
+def deduct_view(request: HttpRequest, pk: int) -> HttpResponse:
+    """One order: deduct, then record it; under ATOMIC_REQUESTS both are one transaction."""
+    from django_redislock import InsufficientStock
+    from tests.models import Item, Order
+
+    item = Item.objects.get(pk=pk)
+    try:
+        left = item.deduct(1)
+    except InsufficientStock as exc:
+        return JsonResponse({"available": exc.available}, status=409)
+    Order.objects.create(item=item, quantity=1)
+    return JsonResponse({"left": left})
+
+
+urlpatterns.append(path("deduct/<int:pk>/", deduct_view))
