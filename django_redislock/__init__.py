@@ -7,7 +7,9 @@ models, so ``from django_redislock import Lock`` works before apps are ready.
 from __future__ import annotations
 
 from .async_locks import AsyncLock
+from .decorators import require_lock
 from .exceptions import (
+    InsufficientStock,
     LockBackendError,
     LockError,
     LockLostError,
@@ -16,15 +18,19 @@ from .exceptions import (
 )
 from .fencing import FenceField, fenced_update
 from .locks import Lock
+from .multilock import MultiLock
 
 __all__ = [
     "AsyncLock",
     "FenceField",
+    "InsufficientStock",
     "Lock",
     "LockBackendError",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
     "LockTimeout",
+    "MultiLock",
     "fenced_update",
+    "require_lock",
 ]

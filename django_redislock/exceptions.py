@@ -43,3 +43,18 @@ class LockLostError(LockError):
 
 class LockBackendError(LockError):
     """Redis could not be reached or answered with an error; the cause is chained."""
+
+
+class InsufficientStock(Exception):
+    """Not enough stock for a deduction; nothing was changed.
+
+    Not a ``LockError``: the lock worked, the shelf is empty. ``available`` is
+    what was in stock when the deduction was refused, ``requested`` what was
+    asked for, ``item`` the primary key of the row.
+    """
+
+    def __init__(self, message: str, *, item: object, available: int, requested: int) -> None:
+        super().__init__(message)
+        self.item = item
+        self.available = available
+        self.requested = requested

@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_redislock",
+    "example_project.shop",
 ]
 
 MIDDLEWARE = [
@@ -52,7 +53,14 @@ TEMPLATES = [
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": BASE_DIR / "db.sqlite3",
+        "NAME": os.environ.get("SHOP_DATABASE", str(BASE_DIR / "db.sqlite3")),
+        # oversell_demo runs several processes on this file: WAL lets readers
+        # run beside the one writer. (With ATOMIC_REQUESTS also set
+        # "transaction_mode": "IMMEDIATE": see docs/inventory.md, "SQLite".)
+        "OPTIONS": {
+            "timeout": 30,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
     }
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

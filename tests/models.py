@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import models
 
 from django_redislock.fencing import FenceField
+from django_redislock.models import InventoryMixin
 
 
 class FencedRecord(models.Model):
@@ -16,3 +17,23 @@ class FencedRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.value} (fence {self.fence})"
+
+
+class Item(InventoryMixin):
+    """Stock in the default ``stock`` field."""
+
+    title = models.CharField(max_length=50, default="")
+
+
+class Gadget(InventoryMixin):
+    """Stock kept in a field of another name."""
+
+    stock_field = "on_hand"
+    stock = None  # type: ignore[assignment]
+    on_hand = models.PositiveIntegerField(default=0)
+    inventory_lock_options = {"blocking_timeout": 0.2}
+
+
+class Order(models.Model):  # noqa: DJ008
+    item = models.ForeignKey(Item, on_delete=models.CASCADE)
+    quantity = models.PositiveIntegerField()

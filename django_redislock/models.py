@@ -1,0 +1,293 @@
+"""``InventoryMixin``: stock that cannot be oversold, even by a lock lost mid-way.
+
+Import it from here (``django_redislock.models``); the package's ``__init__``
+imports no models.
+
+Two layers, each enough on its own against the classic lost update::
+
+    worker A: SELECT stock -> 1          worker B: SELECT stock -> 1
+    worker A: UPDATE stock = 0           worker B: UPDATE stock = 0   (two sold, one in stock)
+
+1. The item's lock serialises deductions across processes, so contending
+   buyers queue in Redis (fair, woken by the release) instead of piling up
+   on the row in the database.
+2. The write is ``UPDATE ... SET stock = stock - q WHERE pk = ... AND stock >= q``:
+   the database refuses an oversell even if the lock was lost (lease expired
+   in a pause, an operator cleared it, Redis failed over).
+
+The lock is held until the database transaction that changed the stock has
+ended, committed or rolled back, outermost block included: releasing it at the
+end of ``deduct()`` inside an outer ``atomic()`` would let the next buyer read
+a stock figure that is not committed yet.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, ClassVar
+
+from django.core.exceptions import ValidationError
+from django.db import DEFAULT_DB_ALIAS, models, router, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import F
+
+from .exceptions import InsufficientStock, LockError, LockTimeout
+from .locks import Lock
+from .multilock import MultiLock
+
+__all__ = ["InsufficientStock", "InventoryMixin"]
+
+logger = logging.getLogger(__name__)
+
+_HOLDS_ATTRIBUTE = "_django_redislock_transaction_locks"
+
+
+def check_quantity(quantity: object, argument: str = "quantity") -> int:
+    if isinstance(quantity, bool) or not isinstance(quantity, int):
+        raise ValueError(
+            f"{argument} must be a positive int, not {type(quantity).__name__} {quantity!r}."
+        )
+    if quantity < 1:
+        raise ValueError(f"{argument} must be a positive int, got {quantity!r}.")
+    return quantity
+
+
+class TransactionLocks:
+    """Locks one database connection holds until its current transaction ends.
+
+    Django has ``on_commit`` but no rollback hook, and an ``on_commit``
+    callback registered inside a savepoint is dropped when that savepoint
+    rolls back, although the lock must still be held until the outer
+    transaction ends. So this wraps the connection's own ``commit``,
+    ``rollback`` and ``close`` (the calls ``atomic`` makes when the outermost
+    block ends, whichever way) and releases after them, once no atomic block
+    is left. Installed once per connection object; with nothing held the
+    wrappers only pass through.
+    """
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        self.locks: dict[str, Lock] = {}
+        for method in ("commit", "rollback"):
+            setattr(connection, method, self._after(getattr(connection, method), final=False))
+        connection.close = self._after(connection.close, final=True)  # type: ignore[method-assign]
+
+    @classmethod
+    def of(cls, connection: BaseDatabaseWrapper) -> TransactionLocks:
+        holds: TransactionLocks | None = connection.__dict__.get(_HOLDS_ATTRIBUTE)
+        if holds is None:
+            holds = cls(connection)
+            setattr(connection, _HOLDS_ATTRIBUTE, holds)
+        return holds
+
+    def _after(self, method: Callable[..., Any], *, final: bool) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self.locks and (final or not self.connection.in_atomic_block):
+                    self.release_all()
+
+        return wrapper
+
+    def release_all(self) -> None:
+        """The transaction is over: release everything, never raising into the
+        commit or rollback that just happened (a lost lease has already been
+        reported through ``lock_lost``; the guarded UPDATE kept the stock right)."""
+        locks, self.locks = self.locks, {}
+        for lock in reversed(locks.values()):
+            try:
+                lock.release()
+            except LockError as exc:
+                logger.warning("Releasing %r after the transaction ended: %s", lock.name, exc)
+
+    def hold(self, locks: Iterable[Lock]) -> None:
+        for lock in locks:
+            self.locks[lock.name] = lock
+
+
+def _hold_until_transaction_end(names: list[str], using: str, options: Mapping[str, Any]) -> None:
+    """Take the locks ``names`` for the current transaction of ``using``.
+
+    Must be called inside ``atomic(using=using)``. Names this transaction
+    already holds are not taken again, so two deductions of one item in one
+    transaction do not wait on themselves.
+    """
+    connection = transaction.get_connection(using)
+    holds = TransactionLocks.of(connection)
+    wanted = sorted(set(names) - set(holds.locks))
+    if not wanted:
+        return
+    if len(wanted) == 1:
+        lock = Lock(wanted[0], **options)
+        retry = lock._acquire(None, None)
+        if retry is not None:
+            raise lock._timeout_error(retry)
+        holds.hold([lock])
+        return
+    multi = MultiLock(wanted, **options)
+    refused = multi._acquire(None, None)
+    if refused is not None:
+        name, retry_after = refused
+        raise LockTimeout(
+            f"Could not acquire lock {name!r} of {multi!r} in time.",
+            name=name,
+            retry_after=retry_after,
+        )
+    holds.hold(multi.locks)
+
+
+class InventoryMixin(models.Model):
+    """An abstract model for anything with a stock count.
+
+    Class options:
+
+    - ``stock_field``: the integer field holding the count (default
+      ``"stock"``, which this mixin defines; to use another field, define it
+      and set ``stock = None`` to drop the default one).
+    - ``inventory_lock_options``: keyword arguments for the item locks
+      (``timeout``, ``blocking_timeout``, ``auto_renew``, ``using``).
+    - ``inventory_lock_name(pk)``: the lock name of an item; by default
+      ``"<app_label>.<model_name>:<pk>"``, e.g. ``"shop.sku:42"``.
+    """
+
+    stock = models.PositiveIntegerField(default=0)
+
+    stock_field: ClassVar[str] = "stock"
+    inventory_lock_options: ClassVar[Mapping[str, Any]] = {}
+
+    class Meta:
+        abstract = True
+
+    @classmethod
+    def inventory_lock_name(cls, pk: Any) -> str:
+        return f"{cls._meta.label_lower}:{pk}"
+
+    @classmethod
+    def _inventory_db(cls, instance: models.Model | None = None) -> str:
+        return router.db_for_write(cls, instance=instance) or DEFAULT_DB_ALIAS
+
+    def _require_pk(self) -> Any:
+        if self.pk is None:
+            raise ValueError(f"{type(self).__name__} must be saved before its stock can change.")
+        return self.pk
+
+    def deduct(self, quantity: int = 1) -> int:
+        """Remove ``quantity`` from stock; return the stock left.
+
+        Runs in one transaction (a savepoint inside an outer one) under the
+        item's lock, which is held until the outermost transaction ends.
+        Raises ``InsufficientStock`` (nothing changed) when there is not
+        enough, ``LockTimeout`` when the lock cannot be had in time, and
+        ``ValueError`` for a quantity that is not a positive int.
+        """
+        quantity = check_quantity(quantity)
+        pk = self._require_pk()
+        left = type(self)._deduct({pk: quantity}, self._inventory_db(self))[pk]
+        setattr(self, self.stock_field, left)
+        return left
+
+    @classmethod
+    def deduct_many(cls, cart: Mapping[Any, int]) -> dict[Any, int]:
+        """Deduct several items all or nothing (a cart); return ``{pk: stock left}``.
+
+        Keys are instances of this model or primary keys. The items' locks are
+        taken together through ``MultiLock`` (in one canonical order, so two
+        carts sharing items never deadlock) and held until the outermost
+        transaction ends. If any item is short, ``InsufficientStock`` names it
+        and no item's stock changes. Instances given as keys get their stock
+        field updated.
+        """
+        if not isinstance(cart, Mapping):
+            raise TypeError(
+                f"cart must be a mapping of item to quantity, not {type(cart).__name__}."
+            )
+        if not cart:
+            raise ValueError("cart must not be empty.")
+        quantities: dict[Any, int] = {}
+        instances: list[InventoryMixin] = []
+        for item, quantity in cart.items():
+            if isinstance(item, models.Model):
+                if not isinstance(item, cls):
+                    raise TypeError(
+                        f"cart holds a {type(item).__name__}; {cls.__name__}.deduct_many "
+                        f"takes {cls.__name__} instances or primary keys."
+                    )
+                pk = item._require_pk()
+                instances.append(item)
+            else:
+                pk = cls._to_pk(item)
+            if pk in quantities:
+                raise ValueError(f"cart names {cls.__name__} {pk!r} more than once.")
+            quantities[pk] = check_quantity(quantity, f"quantity of {cls.__name__} {pk!r}")
+        left = cls._deduct(quantities, cls._inventory_db())
+        for instance in instances:
+            setattr(instance, cls.stock_field, left[instance.pk])
+        return left
+
+    @classmethod
+    def _to_pk(cls, value: object) -> Any:
+        field = cls._meta.pk
+        if field is None:  # pragma: no cover - concrete models always have one
+            return value
+        try:
+            return field.to_python(value)
+        except ValidationError as exc:
+            raise ValueError(
+                f"cart key {value!r} is not a {cls.__name__} nor its primary key."
+            ) from exc
+
+    @classmethod
+    def _deduct(cls, quantities: Mapping[Any, int], using: str) -> dict[Any, int]:
+        field = cls.stock_field
+        manager = cls._base_manager.using(using)
+        with transaction.atomic(using=using):
+            _hold_until_transaction_end(
+                [cls.inventory_lock_name(pk) for pk in quantities],
+                using,
+                cls.inventory_lock_options,
+            )
+            left: dict[Any, int] = {}
+            for pk in sorted(quantities, key=str):
+                quantity = quantities[pk]
+                changed = manager.filter(pk=pk, **{f"{field}__gte": quantity}).update(
+                    **{field: F(field) - quantity}
+                )
+                stock = manager.filter(pk=pk).values_list(field, flat=True).first()
+                if not changed:
+                    raise cls._insufficient(pk, stock, quantity)
+                assert stock is not None
+                left[pk] = stock
+            return left
+
+    @classmethod
+    def _insufficient(cls, pk: Any, stock: int | None, quantity: int) -> Exception:
+        if stock is None:
+            return cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist.")
+        return InsufficientStock(
+            f"{cls.__name__} {pk!r}: {quantity} requested, {stock} available.",
+            item=pk,
+            available=stock,
+            requested=quantity,
+        )
+
+    def restock(self, quantity: int) -> int:
+        """Add ``quantity`` to stock; return the new stock.
+
+        Needs no lock: ``stock = stock + q`` is atomic in the database and can
+        never oversell; a deduction waiting for the row sees the new figure.
+        """
+        quantity = check_quantity(quantity)
+        pk = self._require_pk()
+        field = self.stock_field
+        using = self._inventory_db(self)
+        manager = type(self)._base_manager.using(using)
+        with transaction.atomic(using=using):
+            if not manager.filter(pk=pk).update(**{field: F(field) + quantity}):
+                raise type(self).DoesNotExist(f"{type(self).__name__} {pk!r} does not exist.")
+            stock: int = manager.filter(pk=pk).values_list(field, flat=True).get()
+        setattr(self, field, stock)
+        return stock

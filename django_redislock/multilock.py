@@ -1,0 +1,192 @@
+"""``MultiLock``: several ``Lock``s taken all or nothing, in one canonical order.
+
+Two carts that share SKUs must never wait on each other in a cycle. Taking the
+names sorted, whatever order the caller listed them in, makes every holder
+climb the same ladder, so a holder of ``b`` never waits for ``a`` while someone
+holding ``a`` waits for ``b``::
+
+    cart 1: [b, a] -> takes a, then b          cart 2: [a, b] -> takes a, then b
+    cart 1 holds a                             cart 2 waits for a (holds nothing)
+    cart 1 takes b, works, releases both       cart 2 takes a, then b
+
+The parts are ordinary ``Lock``s: each is fair, fenced and watched; the whole
+shares one blocking budget; a part that cannot be had in time, or any error
+while taking the parts, releases those already taken before the caller hears
+about it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterable
+from types import TracebackType
+
+from .base import check_alias, check_bool, check_name, check_seconds
+from .conf import get_settings
+from .exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
+from .locks import Lock
+
+
+class MultiLock:
+    """All of ``names`` or none of them, for one holder (this object, this thread).
+
+    Names are de-duplicated and taken in sorted order. ``blocking_timeout``
+    bounds the wait for the whole set, not for each part. Options mean what
+    they mean for ``Lock`` and apply to every part.
+    """
+
+    def __init__(
+        self,
+        names: Iterable[str],
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        using: str | None = None,
+    ) -> None:
+        if isinstance(names, str | bytes):
+            raise TypeError(
+                f"names must be an iterable of names, not a single {type(names).__name__} "
+                f"({names!r}); use Lock for one name or wrap it in a list."
+            )
+        try:
+            given = list(names)
+        except TypeError:
+            raise TypeError(
+                f"names must be an iterable of str, not {type(names).__name__}."
+            ) from None
+        for index, name in enumerate(given):
+            check_name(name, f"names[{index}]")
+        if not given:
+            raise ValueError("names must contain at least one name.")
+        self.names: tuple[str, ...] = tuple(sorted(set(given)))
+        self.timeout = check_seconds(timeout, "timeout")
+        self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
+        self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+        self.auto_renew = check_bool(auto_renew, "auto_renew")
+        self.using = check_alias(using)
+        self.locks: tuple[Lock, ...] = tuple(
+            Lock(name, timeout=timeout, auto_renew=auto_renew, using=using) for name in self.names
+        )
+
+    def __repr__(self) -> str:
+        return f"<MultiLock {list(self.names)!r}>"
+
+    def _budget(self, blocking: bool | None, blocking_timeout: float | None) -> float | None:
+        """Seconds the whole set may wait (``None``: for ever); 0 means try once."""
+        if blocking is None:
+            blocking = self.blocking
+        else:
+            check_bool(blocking, "blocking", allow_none=False)
+        if not blocking:
+            return 0.0
+        if blocking_timeout is not None:
+            return check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+        if self.blocking_timeout is not None:
+            return self.blocking_timeout
+        return get_settings().blocking_timeout
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take every part; ``False`` (holding none) when that cannot be done in time.
+
+        Any exception while taking the parts (``LockBackendError``, an
+        interrupt) releases the parts already taken before it propagates.
+        """
+        return self._acquire(blocking, blocking_timeout) is None
+
+    def _acquire(
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> tuple[str, float | None] | None:
+        """``None`` when every part is held, else (the part refused, retry hint)."""
+        budget = self._budget(blocking, blocking_timeout)
+        deadline = None if budget is None else time.monotonic() + budget
+        taken: list[Lock] = []
+        try:
+            for lock in self.locks:
+                if deadline is None:
+                    retry = lock._acquire(True, None)
+                else:
+                    left = max(0.0, deadline - time.monotonic())
+                    retry = lock._acquire(left > 0, left)
+                if retry is not None:
+                    self._release_quietly(taken)
+                    return lock.name, (retry / 1000.0 if retry > 0 else None)
+                taken.append(lock)
+        except BaseException:
+            self._release_quietly(taken)
+            raise
+        return None
+
+    @staticmethod
+    def _release_quietly(taken: list[Lock]) -> None:
+        """Undo a partial acquire; a part lost meanwhile (or Redis failing to
+        hear the release: the lease then frees it) is no news to a caller who
+        is being told that the whole acquire failed."""
+        for lock in reversed(taken):
+            with contextlib.suppress(LockError):
+                lock.release()
+
+    def release(self) -> None:
+        """Release every part, in reverse order, even when one of them fails.
+
+        Raises ``LockNotOwnedError`` when this holder holds none of the parts,
+        and then the first ``LockLostError`` (or backend error) met, after
+        trying every part.
+        """
+        if not any(lock.fencing_token is not None for lock in self.locks):
+            raise LockNotOwnedError(f"{self!r} is not held by this holder.", name=self.names[0])
+        first: BaseException | None = None
+        for lock in reversed(self.locks):
+            if lock.fencing_token is None:
+                continue
+            try:
+                lock.release()
+            except Exception as exc:
+                if first is None:
+                    first = exc
+        if first is not None:
+            raise first
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Reset every part's lease to ``seconds`` (default: ``timeout``) from now."""
+        for lock in self.locks:
+            lock.extend(seconds)
+
+    def owned(self) -> bool:
+        """Whether this holder holds every part, according to Redis."""
+        return all(lock.owned() for lock in self.locks)
+
+    def locked(self) -> bool:
+        """Whether anyone holds any part (an acquire would have to wait)."""
+        return any(lock.locked() for lock in self.locks)
+
+    @property
+    def fencing_tokens(self) -> dict[str, int]:
+        """Each held part's fencing token, by name (empty when not held)."""
+        return {
+            lock.name: lock.fencing_token for lock in self.locks if lock.fencing_token is not None
+        }
+
+    def __enter__(self) -> MultiLock:
+        refused = self._acquire(None, None)
+        if refused is not None:
+            name, retry_after = refused
+            raise LockTimeout(
+                f"Could not acquire lock {name!r} of {self!r} in time.",
+                name=name,
+                retry_after=retry_after,
+            )
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except LockLostError as error:
+            Lock._exit_error(error, exc_type, exc)

@@ -1,0 +1,225 @@
+"""Show a naive read-modify-write overselling, and ``deduct()`` not, with real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from example_project.shop.demo import ATTEMPTS_KEY, TIMEOUTS_KEY, run_worker
+from example_project.shop.models import SKU, Order
+
+DEMO_CODE = "oversell-demo"
+MODES = {"naive": "naive read-modify-write", "deduct": "deduct()"}
+
+
+@dataclass
+class Result:
+    stock: int
+    sold: int
+    left: int
+    seconds: float
+    timeouts: int
+
+    @property
+    def oversold(self) -> int:
+        return max(0, self.sold - self.stock)
+
+    @property
+    def rate(self) -> float:
+        return self.sold / self.seconds if self.seconds else 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def private_redis() -> Iterator[str]:
+    """A redis-server every worker process can reach, for as long as the demo runs."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        raise CommandError(
+            "oversell_demo needs a Redis that several processes share: the embedded "
+            "fakeredis server lives inside one process. Install redis-server "
+            "(apt-get install redis-server) or set REDIS_URL=redis://..."
+        )
+    import redis
+
+    port = _free_port()
+    workdir = tempfile.mkdtemp(prefix="oversell-demo-redis-")
+    process = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url = f"redis://127.0.0.1:{port}/0"
+    try:
+        client = redis.Redis.from_url(url)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise CommandError(f"redis-server did not start on port {port}.") from None
+                time.sleep(0.05)
+        client.close()
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+class Command(BaseCommand):
+    help = (
+        "Run N worker processes buying one SKU, first with a naive read-modify-write, "
+        "then with InventoryMixin.deduct(), and compare sold / oversold / orders per second."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--workers", type=int, default=8, help="Worker processes.")
+        parser.add_argument("--stock", type=int, default=100, help="Initial stock of the SKU.")
+        parser.add_argument(
+            "--attempts", type=int, default=40, help="Purchase attempts per worker."
+        )
+        parser.add_argument(
+            "--think-ms",
+            type=float,
+            default=2.0,
+            help="Time a purchase spends between reading and writing (a payment call).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        workers, stock, attempts = options["workers"], options["stock"], options["attempts"]
+        think_ms = options["think_ms"]
+        for name, value in (("workers", workers), ("stock", stock), ("attempts", attempts)):
+            if value < 1:
+                raise CommandError(f"--{name} must be at least 1, got {value}.")
+        if think_ms < 0:
+            raise CommandError(f"--think-ms must not be negative, got {think_ms}.")
+
+        with contextlib.ExitStack() as stack:
+            url = os.environ.get("REDIS_URL")
+            if url:
+                self.stdout.write(f"Using Redis at {url}.")
+            else:
+                url = stack.enter_context(private_redis())
+                os.environ["REDIS_URL"] = url  # inherited by the worker processes
+                self.stdout.write(f"Started a private redis-server at {url} for the workers.")
+            self.stdout.write(
+                f"{workers} processes x {attempts} attempts on a stock of {stock} "
+                f"({think_ms:g} ms between read and write).\n"
+            )
+            results = {
+                mode: self._run(mode, url, workers, stock, attempts, think_ms) for mode in MODES
+            }
+        self._report(results)
+
+    def _run(
+        self, mode: str, url: str, workers: int, stock: int, attempts: int, think_ms: float
+    ) -> Result:
+        import redis
+        from django.db import connections
+
+        sku, _ = SKU.objects.update_or_create(
+            code=DEMO_CODE,
+            defaults={"title": "Oversell demo", "price": Decimal("1.00"), "stock": stock},
+        )
+        Order.objects.filter(sku=sku).delete()
+        counter = redis.Redis.from_url(url)
+        counter.delete(ATTEMPTS_KEY, TIMEOUTS_KEY)
+        connections.close_all()
+
+        ctx = multiprocessing.get_context("spawn")
+        barrier = ctx.Barrier(workers + 1)
+        procs = [
+            ctx.Process(target=run_worker, args=(mode, sku.pk, attempts, think_ms, barrier))
+            for _ in range(workers)
+        ]
+        for proc in procs:
+            proc.start()
+        try:
+            barrier.wait(timeout=120)
+            started = time.monotonic()
+            total = workers * attempts
+            done = 0
+            while done < total and any(proc.is_alive() for proc in procs):
+                self._progress(MODES[mode], done, total)
+                time.sleep(0.1)  # a display refresh, not synchronisation
+                done = int(counter.get(ATTEMPTS_KEY) or 0)
+            seconds = time.monotonic() - started
+            self._progress(MODES[mode], done, total)
+            self.stdout.write("")
+        finally:
+            for proc in procs:
+                proc.join(5)
+                if proc.is_alive():
+                    proc.kill()
+        failed = [proc.exitcode for proc in procs if proc.exitcode != 0]
+        if failed:
+            raise CommandError(f"{len(failed)} {mode} worker(s) failed; see the errors above.")
+        sku.refresh_from_db()
+        return Result(
+            stock=stock,
+            sold=Order.objects.filter(sku=sku).count(),
+            left=sku.stock,
+            seconds=seconds,
+            timeouts=int(counter.get(TIMEOUTS_KEY) or 0),
+        )
+
+    def _progress(self, label: str, done: int, total: int) -> None:
+        width = 30
+        filled = width * done // total if total else width
+        bar = "#" * filled + "-" * (width - filled)
+        self.stdout.write(f"\r  {label:<24} [{bar}] {done}/{total}", ending="")
+        self.stdout.flush()
+
+    def _report(self, results: dict[str, Result]) -> None:
+        naive, ours = results["naive"], results["deduct"]
+        rows = [
+            ("initial stock", naive.stock, ours.stock),
+            ("sold (orders)", naive.sold, ours.sold),
+            ("oversold", naive.oversold, ours.oversold),
+            ("stock left", naive.left, ours.left),
+            ("lock timeouts", "-", ours.timeouts),
+            ("orders/s", f"{naive.rate:.0f}", f"{ours.rate:.0f}"),
+        ]
+        left_width = max(len(MODES["naive"]), 10)
+        self.stdout.write("")
+        self.stdout.write(f"{'':<16}{MODES['naive']:>{left_width + 2}}{MODES['deduct']:>12}")
+        for label, a, b in rows:
+            self.stdout.write(f"{label:<16}{a!s:>{left_width + 2}}{b!s:>12}")
+        self.stdout.write("")
+        if naive.oversold:
+            self.stdout.write(
+                self.style.ERROR(
+                    f"naive: sold {naive.sold} of {naive.stock}, oversold by {naive.oversold} "
+                    "(lost updates: two workers read the same stock and both wrote it back)."
+                )
+            )
+        else:
+            self.stdout.write("naive: no oversell this time (try more --workers or --think-ms).")
+        style = self.style.SUCCESS if not ours.oversold else self.style.ERROR
+        self.stdout.write(
+            style(f"deduct(): sold {ours.sold} of {ours.stock}, oversold by {ours.oversold}.")
+        )
+        if sys.stdout.isatty():
+            self.stdout.write("")

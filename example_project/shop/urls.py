@@ -1,0 +1,10 @@
+from django.urls import path
+
+from . import views
+
+app_name = "shop"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("buy/<int:pk>/", views.buy, name="buy"),
+    path("orders/", views.orders, name="orders"),
+]

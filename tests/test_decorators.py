@@ -1,0 +1,270 @@
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import AsyncClient, Client, RequestFactory, override_settings
+
+from django_redislock import Lock, LockTimeout, require_lock
+
+
+@pytest.fixture(autouse=True)
+def _views() -> Iterator[None]:
+    with override_settings(ROOT_URLCONF="tests.lock_views"):
+        yield
+
+
+@pytest.fixture
+def held() -> Iterator[Lock]:
+    lock = Lock("sku:42", timeout=20)
+    lock.acquire()
+    yield lock
+    lock.release()
+
+
+@pytest.mark.parametrize("prefix", ["buy", "direct", "decorated", "self"])
+def test_view_runs_under_the_lock_named_from_url_kwargs(prefix: str) -> None:
+    response = Client().get(f"/{prefix}/42/")
+    assert response.status_code == 200
+    assert response.json() == {"name": "sku:42", "locked": True}
+    assert not Lock("sku:42").locked()
+
+
+@pytest.mark.parametrize("prefix", ["buy", "direct", "decorated", "self"])
+def test_contention_answers_423_with_retry_after(held: Lock, prefix: str) -> None:
+    response = Client().get(f"/{prefix}/42/")
+    assert response.status_code == 423
+    assert 1 <= int(response["Retry-After"]) <= 20
+    assert held.owned()
+
+
+def test_other_names_are_not_contended(held: Lock) -> None:
+    assert Client().get("/buy/43/").status_code == 200
+
+
+def test_on_contention_status(held: Lock) -> None:
+    response = Client().get("/buy-503/42/")
+    assert response.status_code == 503
+    assert "Retry-After" in response
+
+
+def test_on_contention_callable(held: Lock) -> None:
+    response = Client().get("/buy-custom/42/")
+    assert response.status_code == 409
+    assert response.content == b"busy: sku:42"
+
+
+def test_on_contention_raise(held: Lock) -> None:
+    with pytest.raises(LockTimeout):
+        Client(raise_request_exception=True).get("/buy-raise/42/")
+
+
+def test_lock_is_released_when_the_view_raises() -> None:
+    with pytest.raises(RuntimeError, match="the view failed"):
+        Client().get("/boom/7/")
+    assert not Lock("sku:7").locked()
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["%0A", "%7F", "x" * 1100],
+    ids=["newline", "delete", "too-long"],
+)
+def test_unusable_name_is_a_400_not_a_500(code: str) -> None:
+    response = Client(raise_request_exception=False).get(f"/code/{code}/")
+    assert response.status_code == 400
+
+
+def test_unusual_but_valid_names_work() -> None:
+    response = Client().get("/code/%7Bbraces%7D*%25/")
+    assert response.status_code == 200
+    assert response.json() == {"name": "code:{braces}*%", "locked": True}
+
+
+@pytest.mark.django_db
+def test_async_view_uses_async_lock() -> None:
+    response = asyncio.run(AsyncClient().get("/async/42/"))
+    assert response.status_code == 200
+    assert response.json() == {"name": "sku:42", "locked": True}
+    assert not Lock("sku:42").locked()
+
+
+def test_async_view_contention(held: Lock) -> None:
+    response = asyncio.run(AsyncClient().get("/async/42/"))
+    assert response.status_code == 423
+    assert "Retry-After" in response
+
+
+def test_attribute_placeholders_follow_the_request() -> None:
+    seen: list[bool] = []
+
+    @require_lock("user:<request.user.pk>")
+    def view(request: Any) -> Any:
+        seen.append(Lock("user:7").locked())
+        return "ok"
+
+    request = RequestFactory().get("/")
+    request.user = SimpleNamespace(pk=7)  # type: ignore[assignment]
+    assert view(request) == "ok"
+    assert seen == [True]
+
+
+def test_none_placeholder_on_a_view_is_a_400() -> None:
+    from django.core.exceptions import BadRequest
+
+    @require_lock("user:<request.user.pk>")
+    def view(request: Any) -> Any:
+        return "ok"
+
+    request = RequestFactory().get("/")
+    request.user = SimpleNamespace(pk=None)  # type: ignore[assignment]
+    with pytest.raises(BadRequest, match="is None"):
+        view(request)
+
+
+# --- plain functions and tasks ------------------------------------------------------
+
+
+def test_plain_function_by_argument_name_positional_or_keyword() -> None:
+    calls: list[bool] = []
+
+    @require_lock("report:<account_id>:<period>")
+    def build(account_id: int, period: str = "2026-11") -> str:
+        calls.append(Lock(f"report:{account_id}:{period}").locked())
+        return "built"
+
+    assert build(5) == "built"
+    assert build(account_id=6, period="2026-10") == "built"
+    assert calls == [True, True]
+
+
+def test_plain_function_contention_raises_lock_timeout() -> None:
+    @require_lock("job:<job>", blocking_timeout=0.05)
+    def run(job: str) -> None:
+        raise AssertionError("must not run")
+
+    holder = Lock("job:nightly", timeout=20)
+    holder.acquire()
+    try:
+        with pytest.raises(LockTimeout) as info:
+            run("nightly")
+        assert info.value.name == "job:nightly"
+        assert info.value.retry_after is not None
+    finally:
+        holder.release()
+
+
+@pytest.mark.parametrize(
+    ("value", "match"),
+    [("a\x00b", "control characters"), ("x" * 1100, "limit is 1024"), (None, "is None")],
+)
+def test_plain_function_unusable_name_is_value_error(value: object, match: str) -> None:
+    @require_lock("job:<job>")
+    def run(job: object) -> None:
+        raise AssertionError("must not run")
+
+    with pytest.raises(ValueError, match=match):
+        run(value)
+
+
+def test_plain_async_function() -> None:
+    @require_lock("job:<job>")
+    async def run(job: str) -> bool:
+        from django_redislock import AsyncLock
+
+        return await AsyncLock(f"job:{job}").locked()
+
+    assert asyncio.run(run("a")) is True
+    assert not Lock("job:a").locked()
+
+
+class _Task:
+    """What Celery's ``app.task`` builds: a class whose ``run`` is the function."""
+
+    run: Any
+    request = SimpleNamespace(id="task-1")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(*args, **kwargs)
+
+
+def _task(bind: bool = False) -> Any:
+    def decorate(fun: Any) -> Any:
+        run = fun if bind else staticmethod(fun)
+        return type(fun.__name__, (_Task,), {"run": run})()
+
+    return decorate
+
+
+def test_celery_style_tasks_plain_and_bound() -> None:
+    seen: list[str] = []
+
+    @_task()
+    @require_lock("import:<feed>")
+    def import_feed(feed: str) -> None:
+        seen.append(f"plain:{Lock(f'import:{feed}').locked()}")
+
+    @_task(bind=True)
+    @require_lock("import:<feed>:<self.request.id>")
+    def import_bound(self: Any, feed: str) -> None:
+        seen.append(f"bound:{Lock(f'import:{feed}:task-1').locked()}")
+
+    import_feed("prices")
+    import_bound("prices")
+    assert seen == ["plain:True", "bound:True"]
+
+
+# --- decoration-time errors ---------------------------------------------------------
+
+
+def test_unfillable_placeholder_is_improperly_configured_at_decoration() -> None:
+    def buy(request: Any, pk: int) -> None: ...
+
+    with pytest.raises(ImproperlyConfigured) as info:
+        require_lock("sku:<sku_id>")(buy)
+    message = str(info.value)
+    assert "<sku_id>" in message
+    assert "buy" in message
+
+
+def test_kwargs_views_accept_url_kwargs_placeholders() -> None:
+    def view(request: Any, **kwargs: Any) -> None: ...
+
+    require_lock("sku:<pk>")(view)  # no error: URL kwargs may fill it
+
+
+@pytest.mark.parametrize(
+    ("template", "error"),
+    [
+        ("", ValueError),
+        (42, TypeError),
+        ("sku:<>", ValueError),
+        ("sku:<1x>", ValueError),
+        ("sku:<pk", ValueError),
+        ("sku:pk>", ValueError),
+        ("sku:<a b>", ValueError),
+    ],
+)
+def test_malformed_templates(template: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        require_lock(template)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"on_contention": 200}, ValueError),
+        ({"on_contention": "ignore"}, TypeError),
+        ({"on_contention": True}, TypeError),
+        ({"timeout": -1}, ValueError),
+        ({"blocking_timeout": float("nan")}, ValueError),
+        ({"using": ""}, TypeError),
+    ],
+)
+def test_bad_options(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        require_lock("x", **kwargs)

@@ -1,0 +1,63 @@
+"""The example shop's management commands, run as a user would run them."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(SHOP_DATABASE=str(tmp_path / "shop.sqlite3"), PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, str(ROOT / "example_project" / "manage.py"), *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_seed_shop_prints_the_demo_login(tmp_path: Path) -> None:
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    first = manage(tmp_path, "seed_shop")
+    assert first.returncode == 0, first.stderr
+    assert "username 'admin', password 'redislock-demo'" in first.stdout
+    again = manage(tmp_path, "seed_shop")  # idempotent
+    assert "0 SKU(s) created, 3 in total" in again.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
+def test_oversell_demo_shows_naive_overselling_and_deduct_not(tmp_path: Path) -> None:
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    result = manage(
+        tmp_path,
+        "oversell_demo",
+        "--workers", "4", "--stock", "10", "--attempts", "10", "--think-ms", "5",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "Started a private redis-server" in result.stdout
+    row = re.search(r"^oversold\s+(\d+)\s+(\d+)\s*$", result.stdout, re.MULTILINE)
+    assert row, result.stdout
+    naive, ours = int(row.group(1)), int(row.group(2))
+    assert naive > 0, result.stdout
+    assert ours == 0, result.stdout
+    sold = re.search(r"^sold \(orders\)\s+(\d+)\s+(\d+)\s*$", result.stdout, re.MULTILINE)
+    assert sold and int(sold.group(2)) == 10
+
+
+def test_oversell_demo_rejects_bad_arguments(tmp_path: Path) -> None:
+    result = manage(tmp_path, "oversell_demo", "--workers", "0")
+    assert result.returncode == 1
+    assert "--workers must be at least 1" in result.stderr
+    assert "Traceback" not in result.stderr

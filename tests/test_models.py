@@ -1,0 +1,314 @@
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any
+
+import pytest
+import redis
+from django.db import transaction
+
+from django_redislock import InsufficientStock, Lock, LockTimeout
+from django_redislock import models as inventory
+from django_redislock.watchdog import watchdog
+from tests.inventory_workers import buy_carts, buy_loop, buy_via_view
+from tests.models import Gadget, Item, Order
+from tests.procs import processes
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def lock_of(item: Item) -> Lock:
+    return Lock(Item.inventory_lock_name(item.pk))
+
+
+def held_elsewhere(name: str) -> bool:
+    """Whether another holder (another thread) is refused the lock right now."""
+    seen: list[bool] = []
+
+    def probe() -> None:
+        lock = Lock(name)
+        got = lock.acquire(blocking=False)
+        if got:
+            lock.release()
+        seen.append(not got)
+
+    thread = threading.Thread(target=probe)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def stock(item: Item) -> int:
+    return Item.objects.values_list("stock", flat=True).get(pk=item.pk)
+
+
+def test_deduct_returns_and_sets_what_is_left() -> None:
+    item = Item.objects.create(stock=5)
+    assert item.deduct() == 4
+    assert item.deduct(3) == 1
+    assert item.stock == 1
+    assert stock(item) == 1
+    assert not lock_of(item).locked()
+
+
+def test_lock_name_is_per_model_and_item() -> None:
+    item = Item.objects.create(stock=1)
+    assert Item.inventory_lock_name(item.pk) == f"tests.item:{item.pk}"
+
+
+def test_insufficient_stock_carries_available_and_changes_nothing() -> None:
+    item = Item.objects.create(stock=2)
+    with pytest.raises(InsufficientStock) as info:
+        item.deduct(3)
+    assert info.value.available == 2
+    assert info.value.requested == 3
+    assert info.value.item == item.pk
+    assert stock(item) == 2
+    assert item.stock == 2
+    assert not lock_of(item).locked()
+
+
+@pytest.mark.parametrize("quantity", [0, -1, 1.5, True, "1", None])
+def test_bad_quantities_are_value_errors(quantity: Any) -> None:
+    item = Item.objects.create(stock=5)
+    with pytest.raises(ValueError, match="quantity must be a positive int"):
+        item.deduct(quantity)
+    with pytest.raises(ValueError, match="quantity must be a positive int"):
+        item.restock(quantity)
+    assert stock(item) == 5
+
+
+def test_unsaved_item_is_refused() -> None:
+    with pytest.raises(ValueError, match="must be saved"):
+        Item(stock=3).deduct()
+
+
+def test_missing_row_is_does_not_exist() -> None:
+    item = Item.objects.create(stock=3)
+    Item.objects.filter(pk=item.pk).delete()
+    with pytest.raises(Item.DoesNotExist):
+        item.deduct()
+    with pytest.raises(Item.DoesNotExist):
+        item.restock(1)
+
+
+def test_restock() -> None:
+    item = Item.objects.create(stock=0)
+    assert item.restock(7) == 7
+    assert stock(item) == 7
+
+
+def test_custom_stock_field_and_lock_options() -> None:
+    gadget = Gadget.objects.create(on_hand=3)
+    assert "stock" not in {f.name for f in Gadget._meta.get_fields()}
+    assert gadget.deduct(2) == 1
+    assert gadget.on_hand == 1
+    holder = Lock(Gadget.inventory_lock_name(gadget.pk), timeout=20)
+    holder.acquire()
+    try:
+        with pytest.raises(LockTimeout):  # blocking_timeout 0.2 from the options
+            gadget.deduct()
+    finally:
+        holder.release()
+    assert Gadget.objects.get(pk=gadget.pk).on_hand == 1
+
+
+def test_the_write_is_guarded_even_without_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lost lock (here: none at all) still cannot oversell."""
+    monkeypatch.setattr(inventory, "_hold_until_transaction_end", lambda *args: None)
+    item = Item.objects.create(stock=1)
+    stale = Item.objects.get(pk=item.pk)
+    item.deduct()
+    with pytest.raises(InsufficientStock) as info:
+        stale.deduct()
+    assert info.value.available == 0
+    assert stock(item) == 0
+
+
+# --- the lock lives as long as the outer transaction ---------------------------------
+
+
+def test_lock_is_held_until_the_outer_transaction_commits() -> None:
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        item.deduct()
+        assert held_elsewhere(lock_of(item).name)
+        Order.objects.create(item=item, quantity=1)
+        assert held_elsewhere(lock_of(item).name)
+    assert not lock_of(item).locked()
+    assert watchdog.watching() == 0, "the lease is still being renewed"
+    assert stock(item) == 4
+
+
+def test_lock_is_released_when_the_outer_transaction_rolls_back() -> None:
+    item = Item.objects.create(stock=5)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        item.deduct()
+        raise RuntimeError("payment failed")
+    assert not lock_of(item).locked()
+    assert watchdog.watching() == 0
+    assert stock(item) == 5
+
+
+def test_lock_outlives_a_rolled_back_savepoint_then_goes_with_the_commit() -> None:
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        with contextlib.suppress(RuntimeError), transaction.atomic():
+            item.deduct()
+            raise RuntimeError("inner step failed")
+        # the savepoint is gone, the outer transaction and the lock are not
+        assert held_elsewhere(lock_of(item).name)
+    assert not lock_of(item).locked()
+    assert watchdog.watching() == 0
+    assert stock(item) == 5
+
+
+def test_set_rollback_path_releases() -> None:
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        item.deduct()
+        transaction.set_rollback(True)
+    assert not lock_of(item).locked()
+    assert stock(item) == 5
+
+
+def test_insufficient_stock_inside_outer_transaction_keeps_lock_until_end() -> None:
+    item = Item.objects.create(stock=1)
+    with transaction.atomic():
+        with pytest.raises(InsufficientStock):
+            item.deduct(2)
+        assert held_elsewhere(lock_of(item).name)
+        item.deduct(1)  # the transaction is still usable
+    assert not lock_of(item).locked()
+    assert stock(item) == 0
+
+
+def test_repeated_deductions_in_one_transaction_do_not_wait_on_themselves() -> None:
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        for _ in range(3):
+            item.deduct()
+        Item.deduct_many({item: 1})
+    assert stock(item) == 1
+    assert not lock_of(item).locked()
+
+
+def test_closing_the_connection_mid_transaction_releases(redis_client: redis.Redis) -> None:
+    from django.db import connection
+
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        item.deduct()
+        connection.close()
+        assert not lock_of(item).locked()
+
+
+# --- carts ------------------------------------------------------------------------
+
+
+def test_deduct_many_all_or_nothing() -> None:
+    a, b = Item.objects.create(stock=5), Item.objects.create(stock=1)
+    with pytest.raises(InsufficientStock) as info:
+        Item.deduct_many({a: 2, b.pk: 2})
+    assert info.value.item == b.pk
+    assert info.value.available == 1
+    assert (stock(a), stock(b)) == (5, 1)
+    assert not lock_of(a).locked() and not lock_of(b).locked()
+    assert Item.deduct_many({a: 2, str(b.pk): 1}) == {a.pk: 3, b.pk: 0}
+    assert a.stock == 3
+
+
+def test_deduct_many_takes_all_locks_together() -> None:
+    a, b = Item.objects.create(stock=5), Item.objects.create(stock=5)
+    holder = Lock(Item.inventory_lock_name(b.pk), timeout=20)
+    holder.acquire()
+    try:
+        with pytest.raises(LockTimeout):
+            _deduct_many_quick({a: 1, b: 1})
+    finally:
+        holder.release()
+    assert not lock_of(a).locked(), "the free part of the cart was left locked"
+    assert (stock(a), stock(b)) == (5, 5)
+
+
+def _deduct_many_quick(cart: dict[Any, int]) -> None:
+    from django.test import override_settings
+
+    with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": 0.2}):
+        Item.deduct_many(cart)
+
+
+@pytest.mark.parametrize(
+    ("cart", "error", "match"),
+    [
+        ({}, ValueError, "must not be empty"),
+        ([(1, 1)], TypeError, "mapping"),
+        ({1: 0}, ValueError, "positive int"),
+        ({"x": 1}, ValueError, "nor its primary key"),
+    ],
+)
+def test_deduct_many_bad_carts(cart: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        Item.deduct_many(cart)
+
+
+def test_deduct_many_refuses_duplicates_and_other_models() -> None:
+    item = Item.objects.create(stock=5)
+    with pytest.raises(ValueError, match="more than once"):
+        Item.deduct_many({item: 1, item.pk: 1})
+    gadget = Gadget.objects.create(on_hand=1)
+    with pytest.raises(TypeError, match="Gadget"):
+        Item.deduct_many({gadget: 1})
+    assert stock(item) == 5
+
+
+def test_models_module_is_not_imported_by_the_package() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, django_redislock; "
+        "assert 'django_redislock.models' not in sys.modules; "
+        "assert 'django.contrib.contenttypes.models' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- real processes -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_eight_processes_sell_exactly_the_stock(redis_client: redis.Redis) -> None:
+    item = Item.objects.create(stock=100)
+    with processes(buy_loop, [(item.pk, 50)] * 8):
+        pass
+    assert int(redis_client.get("results:ok") or 0) == 100
+    assert int(redis_client.get("results:short") or 0) == 300
+    assert stock(item) == 0
+    assert not lock_of(item).locked()
+
+
+@pytest.mark.slow
+def test_eight_processes_through_an_atomic_requests_view(redis_client: redis.Redis) -> None:
+    item = Item.objects.create(stock=100)
+    with processes(buy_via_view, [(item.pk, 50)] * 8):
+        pass
+    statuses = {
+        k.decode(): int(v)
+        for k in redis_client.scan_iter("results:*")
+        if (v := redis_client.get(k))
+    }
+    assert statuses == {"results:200": 100, "results:409": 300}
+    assert int(redis_client.get("results:409") or 0) == 300
+    assert stock(item) == 0
+    assert Order.objects.count() == 100
+    assert not lock_of(item).locked()
+
+
+@pytest.mark.slow
+def test_overlapping_carts_in_opposite_orders_do_not_deadlock() -> None:
+    a, b, c = (Item.objects.create(stock=1000) for _ in range(3))
+    with processes(buy_carts, [([a.pk, b.pk, c.pk], 100), ([c.pk, b.pk, a.pk], 100)]):
+        pass
+    assert (stock(a), stock(b), stock(c)) == (800, 800, 800)

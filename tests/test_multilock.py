@@ -1,0 +1,137 @@
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from django_redislock import Lock, LockBackendError, LockNotOwnedError, LockTimeout, MultiLock
+from tests.procs import processes
+
+
+def test_names_are_deduplicated_and_sorted() -> None:
+    multi = MultiLock(["b", "a", "b", "c"])
+    assert multi.names == ("a", "b", "c")
+
+
+@pytest.mark.parametrize(
+    ("names", "error", "match"),
+    [
+        ("sku:1", TypeError, "single str"),
+        (42, TypeError, "iterable of str"),
+        ([], ValueError, "at least one"),
+        (["a", ""], ValueError, r"names\[1\] must not be empty"),
+        (["a", 3], TypeError, r"names\[1\] must be a str"),
+        (["a\n"], ValueError, "control characters"),
+    ],
+)
+def test_bad_names_are_refused(names: object, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        MultiLock(names)  # type: ignore[arg-type]
+
+
+def test_bad_options_are_refused() -> None:
+    with pytest.raises(ValueError, match="timeout"):
+        MultiLock(["a"], timeout=0)
+    with pytest.raises(ValueError, match="blocking_timeout"):
+        MultiLock(["a"], blocking_timeout=-1)
+
+
+def test_acquire_takes_all_and_release_frees_all() -> None:
+    multi = MultiLock(["b", "a"])
+    with multi:
+        assert multi.owned()
+        assert Lock("a").locked() and Lock("b").locked()
+        assert set(multi.fencing_tokens) == {"a", "b"}
+    assert not Lock("a").locked()
+    assert not Lock("b").locked()
+    assert multi.fencing_tokens == {}
+
+
+def test_all_or_nothing_when_one_part_is_taken() -> None:
+    other = Lock("b", timeout=20)
+    other.acquire()
+    multi = MultiLock(["a", "b", "c"], blocking_timeout=0.1)
+    assert multi.acquire() is False
+    assert not Lock("a").locked(), "a part taken before the refusal was left held"
+    assert not Lock("c").locked()
+    assert multi.locked()
+    with pytest.raises(LockTimeout) as info, multi:
+        pass
+    assert info.value.name == "b"
+    assert info.value.retry_after is not None and 0 < info.value.retry_after <= 20
+    other.release()
+    assert multi.acquire(blocking=False)
+    multi.release()
+
+
+def test_blocking_timeout_is_one_budget_for_the_whole_set() -> None:
+    multi = MultiLock(["a", "b", "c"], blocking_timeout=1.0)
+    held = threading.Event()
+    done = threading.Event()
+
+    def hold_then_free_one_by_one() -> None:
+        holders = [Lock(name, timeout=20) for name in ("a", "b", "c")]
+        for holder in holders:
+            holder.acquire()
+        held.set()
+        for holder in holders:
+            done.wait(0.7)  # the scenario: each part is freed 0.7 s after the last
+            holder.release()
+
+    thread = threading.Thread(target=hold_then_free_one_by_one)
+    thread.start()
+    try:
+        held.wait(10)
+        # each part alone comes within 1 s, the whole set does not
+        assert multi.acquire() is False
+    finally:
+        thread.join()
+    assert not any(Lock(n).locked() for n in ("a", "b", "c"))
+
+
+def test_error_mid_way_releases_parts_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    multi = MultiLock(["a", "b"])
+    second = multi.locks[1]
+
+    def broken(*args: object) -> None:
+        raise LockBackendError("Redis is unreachable", name="b")
+
+    monkeypatch.setattr(second, "_acquire", broken)
+    with pytest.raises(LockBackendError):
+        multi.acquire()
+    assert not Lock("a").locked()
+
+
+def test_release_by_non_holder_raises() -> None:
+    with pytest.raises(LockNotOwnedError):
+        MultiLock(["a", "b"]).release()
+
+
+def test_release_frees_every_part_even_if_one_was_lost(redis_client: redis.Redis) -> None:
+    multi = MultiLock(["a", "b"], auto_renew=False)
+    multi.acquire()
+    redis_client.delete("redislock:{b}:lock")
+    with pytest.raises(Exception, match="was lost"):
+        multi.release()
+    assert not Lock("a").locked()
+
+
+def _cycle(order: list[str], rounds: int, counter_key: str) -> None:
+    from django_redislock.backend import get_client
+
+    client = get_client("default")
+    for _ in range(rounds):
+        with MultiLock(order, blocking_timeout=30):
+            # a read-modify-write that loses updates unless exclusive
+            value = int(client.get(counter_key) or 0)
+            client.set(counter_key, value + 1)
+
+
+@pytest.mark.slow
+def test_opposite_orders_in_two_processes_never_deadlock(
+    redis_client: redis.Redis, real_redis: None
+) -> None:
+    with processes(_cycle, [(["a", "b"], 500, "count"), (["b", "a"], 500, "count")]):
+        pass
+    assert int(redis_client.get("count") or 0) == 1000
