@@ -15,6 +15,8 @@ from .exceptions import (
     LockTimeout,
 )
 from .locks import Lock
+from .rwlock import ReadWriteLock
+from .semaphores import Semaphore
 
 __all__ = [
     "AsyncLock",
@@ -24,4 +26,6 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "LockTimeout",
+    "ReadWriteLock",
+    "Semaphore",
 ]

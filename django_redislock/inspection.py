@@ -106,8 +106,76 @@ class LockKind:
         return int(client.delete(backend.key(prefix, name, "lock")))
 
 
+class _PermitKind:
+    """Semaphores and read-write locks: a ZSET of holders with their lease ends."""
+
+    kind = ""
+    main_part = ""
+    prefix = ""  # of the other parts
+    limit_part: str | None = None
+
+    def _keys(self, prefix: str, name: str) -> list[str]:
+        def key(part: str) -> str:
+            return backend.key(prefix, name, part)
+
+        limit = self.limit_part or f"{self.prefix}fence:none"
+        return [
+            key(self.main_part),
+            key(f"{self.prefix}holders"),
+            key(f"{self.prefix}queue"),
+            key(f"{self.prefix}deadlines"),
+            key(limit),
+        ]
+
+    def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
+        from .scripts import PERMIT_DESCRIBE
+        from .semaphores import parse_holders
+
+        keys = self._keys(prefix, name)
+        reply = PERMIT_DESCRIBE(client, [keys[0], keys[1], keys[2], keys[4]], [])
+        holders = parse_holders(reply, mode_from_token=self.limit_part is None)
+        if not holders:
+            return None
+        limit = int(reply[1])
+        mode = None
+        if self.limit_part is None:
+            mode = holders[0].mode
+        return HeldInfo(
+            name=name,
+            kind=self.kind,
+            holders=holders,
+            limit=limit if limit > 0 else None,
+            waiters=int(reply[0]),
+            extra={"mode": mode} if mode else {},
+        )
+
+    def clear(self, client: Any, prefix: str, name: str) -> int:
+        from .scripts import PERMIT_CLEAR
+
+        keys = self._keys(prefix, name)
+        if self.limit_part is None:
+            keys = keys[:4]
+        sigprefix = backend.key(prefix, name, "signal:")
+        limit = client.get(keys[4]) if len(keys) > 4 else None
+        wake = int(limit) if limit is not None else 32
+        return int(PERMIT_CLEAR(client, keys, [sigprefix, wake]))
+
+
+class SemaphoreKind(_PermitKind):
+    kind = "semaphore"
+    main_part = "semaphore"
+    prefix = "sem:"
+    limit_part = "sem:limit"
+
+
+class RWLockKind(_PermitKind):
+    kind = "rwlock"
+    main_part = "rwlock"
+    prefix = "rw:"
+
+
 #: Every kind the tools know about; primitives add theirs here.
-KINDS: list[Kind] = [LockKind()]
+KINDS: list[Kind] = [LockKind(), SemaphoreKind(), RWLockKind()]
 
 
 def kinds(selected: Iterable[str] | None = None) -> list[Kind]:

@@ -79,3 +79,7 @@ local function remove_holder(set, info, token, now_ms)
   redis.call('HDEL', info, token)
   return tonumber(ends) > now_ms
 end
+
+-- How many queued readers one release (or arrival) wakes at most; the rest
+-- are woken by later releases or their own bounded wait.
+local READER_BATCH = 32
