@@ -50,10 +50,10 @@ GRANTED, LIMIT_MISMATCH = 1, -2
 
 
 def check_limit(limit: object) -> int:
-    if isinstance(limit, bool) or not isinstance(limit, int):
-        raise TypeError(f"limit must be an int, not {type(limit).__name__} ({limit!r}).")
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit!r}.")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(
+            f"limit must be an int of at least 1, got {limit!r} ({type(limit).__name__})."
+        )
     return limit
 
 
