@@ -107,39 +107,29 @@ class LockKind:
 
 
 class _PermitKind:
-    """Semaphores and read-write locks: a ZSET of holders with their lease ends."""
+    """Semaphores and read-write locks: a ZSET of holders scored by lease end."""
 
     kind = ""
     main_part = ""
     prefix = ""  # of the other parts
-    limit_part: str | None = None
 
     def _keys(self, prefix: str, name: str) -> list[str]:
-        def key(part: str) -> str:
-            return backend.key(prefix, name, part)
-
-        limit = self.limit_part or f"{self.prefix}fence:none"
         return [
-            key(self.main_part),
-            key(f"{self.prefix}holders"),
-            key(f"{self.prefix}queue"),
-            key(f"{self.prefix}deadlines"),
-            key(limit),
+            backend.key(prefix, name, self.main_part),
+            backend.key(prefix, name, f"{self.prefix}queue"),
+            backend.key(prefix, name, f"{self.prefix}deadlines"),
         ]
 
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
         from .scripts import PERMIT_DESCRIBE
-        from .semaphores import parse_holders
+        from .semaphores import as_text, parse_holders, parse_member
 
-        keys = self._keys(prefix, name)
-        reply = PERMIT_DESCRIBE(client, [keys[0], keys[1], keys[2], keys[4]], [])
-        holders = parse_holders(reply, mode_from_token=self.limit_part is None)
+        reply = PERMIT_DESCRIBE(client, self._keys(prefix, name)[:2], [])
+        holders = parse_holders(reply, mode_from_token=self.kind == "rwlock")
         if not holders:
             return None
-        limit = int(reply[1])
-        mode = None
-        if self.limit_part is None:
-            mode = holders[0].mode
+        limit = parse_member(as_text(reply[1]))[2]
+        mode = holders[0].mode
         return HeldInfo(
             name=name,
             kind=self.kind,
@@ -152,20 +142,14 @@ class _PermitKind:
     def clear(self, client: Any, prefix: str, name: str) -> int:
         from .scripts import PERMIT_CLEAR
 
-        keys = self._keys(prefix, name)
-        if self.limit_part is None:
-            keys = keys[:4]
         sigprefix = backend.key(prefix, name, "signal:")
-        limit = client.get(keys[4]) if len(keys) > 4 else None
-        wake = int(limit) if limit is not None else 32
-        return int(PERMIT_CLEAR(client, keys, [sigprefix, wake]))
+        return int(PERMIT_CLEAR(client, self._keys(prefix, name), [sigprefix]))
 
 
 class SemaphoreKind(_PermitKind):
     kind = "semaphore"
     main_part = "semaphore"
     prefix = "sem:"
-    limit_part = "sem:limit"
 
 
 class RWLockKind(_PermitKind):

@@ -24,7 +24,7 @@ from .inspection import HolderInfo
 from .scripts import RWLOCK_ACQUIRE, RWLOCK_RELEASE
 from .semaphores import PermitPrimitive
 
-_PARTS = ("rwlock", "rw:holders", "rw:fence", "rw:queue", "rw:deadlines")
+_PARTS = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
 
 
 class _RWSide(PermitPrimitive):
@@ -38,19 +38,6 @@ class _RWSide(PermitPrimitive):
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
-
-    def _set_keys(self, keys: list[str]) -> list[str]:
-        return [keys[0], keys[1]]
-
-    def _queue_keys(self, keys: list[str]) -> list[str]:
-        return [keys[3], keys[4]]
-
-    def _release_keys(self, keys: list[str]) -> list[str]:
-        return [keys[0], keys[1], keys[3], keys[4]]
-
-    def _describe_keys(self, keys: list[str]) -> list[str]:
-        # No limit key: its slot gets a key name that is never written.
-        return [keys[0], keys[1], keys[3], keys[2] + ":none"]
 
     def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
         error = super()._timeout_error(retry_after_ms)

@@ -58,11 +58,10 @@ def check_limit(limit: object) -> int:
 
 
 def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[HolderInfo]:
-    """Decode the holder rows of ``permit_describe.lua``."""
+    """Decode the holder rows of ``permit_describe.lua`` (member, ms left, ...)."""
     found = []
-    for i in range(2, len(reply) - 2, 3):
-        token = _text(reply[i])
-        fence, _, holder = _text(reply[i + 2]).split(":", 2) if reply[i + 2] else ("", "", "")
+    for i in range(1, len(reply) - 1, 2):
+        token, fence, _, holder = parse_member(as_text(reply[i]))
         mode = None
         if mode_from_token:
             mode = "write" if token.startswith("w") else "read"
@@ -78,14 +77,22 @@ def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[Holde
     return found
 
 
-def _text(value: bytes | str) -> str:
+def parse_member(member: str) -> tuple[str, str, int, str]:
+    """``(token, fence, limit, holder)`` of a holder member (see ``_permits.lua``)."""
+    token, fence, limit, _, holder = [*member.split(":", 4), "", "", "", ""][:5]
+    return token, fence, int(limit) if limit.isdigit() else 0, holder
+
+
+def as_text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
 class PermitPrimitive(Primitive):
     """A primitive whose holders each get a permit: its own token and lease.
 
-    Subclasses name their keys and scripts; the acquire script answers
+    Their keys are, in this order: the holder ZSET (the main part, see
+    ``scripts/_permits.lua``), the fencing counter, the wait queue and its
+    deadlines. Subclasses name their parts and scripts; the acquire script answers
     ``{1, fence}`` or ``{0, retry hint}`` (or a subclass-specific status), the
     release script ``1`` (released) or ``0`` (the lease was already gone).
     """
@@ -94,29 +101,18 @@ class PermitPrimitive(Primitive):
     release_script: Script
     #: First character of every token, when the scripts need to see the mode.
     token_mode = ""
+    #: Carried by every holder's member (a Semaphore's limit; 0 when unused).
+    _limit = 0
 
     def __init__(self, name: str, **options: Any) -> None:
         super().__init__(name, **options)
         self._local = threading.local()
 
-    # keys, by role; subclasses map them onto their parts
-
-    def _set_keys(self, keys: list[str]) -> list[str]:
-        """[holder set, holder info, keys that live as long as the holders...]."""
-        raise NotImplementedError
-
-    def _queue_keys(self, keys: list[str]) -> list[str]:
-        """[queue, deadlines]."""
-        raise NotImplementedError
-
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return args
 
-    def _release_keys(self, keys: list[str]) -> list[str]:
-        raise NotImplementedError
-
-    def _describe_keys(self, keys: list[str]) -> list[str]:
-        raise NotImplementedError
+    def _release_args(self, member: str, sigprefix: str) -> list[Any]:
+        return [member, sigprefix]
 
     def _on_status(self, status: int, value: int) -> None:
         """A status other than granted or refused: raise the matching error."""
@@ -155,6 +151,8 @@ class PermitPrimitive(Primitive):
         token = self.token_mode + new_token()
         begun = time.monotonic()
         deadline = None if budget is None else begun + budget
+        holder = holder_description()
+        since = int(time.time() * 1000)  # for display only, never for ordering
         args = self._acquire_args(
             [
                 token,
@@ -162,12 +160,12 @@ class PermitPrimitive(Primitive):
                 "wait" if may_wait else "try",
                 int(chunk * 1000) + WAITER_GRACE_MS,
                 sigprefix,
-                holder_description(),
+                holder,
                 FENCE_MEMORY_MS,
-                int(time.time() * 1000),
+                since,
             ]
         )
-        queue_keys = self._queue_keys(keys)
+        queue_keys = keys[2:4]
         script = self.acquire_script
         status, value, started, _ = wait_turn(
             lambda: script(client, keys, args),
@@ -190,13 +188,13 @@ class PermitPrimitive(Primitive):
             sender=type(self),
             name=self.name,
             kind=self.kind,
-            token=token,
+            token=f"{token}:{value}:{self._limit}:{since}:{holder}",  # its member in the ZSET
             client=client,
             lease=lease,
             started=started,
             fencing_token=value,
             renew_script=PERMIT_EXTEND,
-            keys=self._set_keys(keys),
+            keys=keys[:1],
             sigprefix=sigprefix,
         )
         self._stack().append(holding)
@@ -230,7 +228,9 @@ class PermitPrimitive(Primitive):
         keys, _ = self._key_set(self._settings().key_prefix)
         try:
             result = self.release_script(
-                holding.client, self._release_keys(keys), [holding.token, holding.sigprefix]
+                holding.client,
+                [keys[0], keys[2], keys[3]],
+                self._release_args(holding.token, holding.sigprefix),
             )
         except BaseException as exc:
             holding.end()  # the lease frees the permit if Redis was not told
@@ -270,16 +270,14 @@ class PermitPrimitive(Primitive):
         stack = self._stack()
         if not stack:
             return False
-        token = stack[-1].token
+        token = stack[-1].token.split(":", 1)[0]
         return any(info.token == token for info in self.holders())
 
     def _describe(self) -> list[Any]:
         settings = self._settings()
         keys, _ = self._key_set(settings.key_prefix)
         with backend.translate_errors(self.name):
-            reply: list[Any] = PERMIT_DESCRIBE(
-                self._client(settings), self._describe_keys(keys), []
-            )
+            reply: list[Any] = PERMIT_DESCRIBE(self._client(settings), [keys[0], keys[2]], [])
         return reply
 
     def holders(self) -> list[HolderInfo]:
@@ -322,14 +320,7 @@ class Semaphore(PermitPrimitive):
     """
 
     kind = "semaphore"
-    parts = (
-        "semaphore",
-        "sem:holders",
-        "sem:limit",
-        "sem:fence",
-        "sem:queue",
-        "sem:deadlines",
-    )
+    parts = ("semaphore", "sem:fence", "sem:queue", "sem:deadlines")
     acquire_script = SEMAPHORE_ACQUIRE
     release_script = SEMAPHORE_RELEASE
 
@@ -352,25 +343,16 @@ class Semaphore(PermitPrimitive):
             auto_renew=auto_renew,
             using=using,
         )
-        self.limit = check_limit(limit)
+        self.limit = self._limit = check_limit(limit)
 
     def __repr__(self) -> str:
         return f"<Semaphore {self.name!r} limit={self.limit}>"
 
-    def _set_keys(self, keys: list[str]) -> list[str]:
-        return [keys[0], keys[1], keys[2]]
-
-    def _queue_keys(self, keys: list[str]) -> list[str]:
-        return [keys[4], keys[5]]
-
-    def _release_keys(self, keys: list[str]) -> list[str]:
-        return [keys[0], keys[1], keys[2], keys[4], keys[5]]
-
-    def _describe_keys(self, keys: list[str]) -> list[str]:
-        return [keys[0], keys[1], keys[4], keys[2]]
-
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return [*args, self.limit]
+
+    def _release_args(self, member: str, sigprefix: str) -> list[Any]:
+        return [member, sigprefix, self.limit]
 
     def _on_status(self, status: int, value: int) -> None:
         if status == LIMIT_MISMATCH:

@@ -1,19 +1,55 @@
 -- Shared prelude of the primitives with several holders (Semaphore, ReadWriteLock).
 --
--- Their holders are two keys:
---   set   ZSET  member = holder token, score = server ms at which its lease ends
---   info  HASH  holder token -> "<fence>:<since_ms>:<holder>" (display only)
--- Both get a TTL reaching the latest lease end, so an idle name leaves nothing
--- behind even when every holder died.
+-- Their holders live in one ZSET, the primitive's main key, which exists
+-- exactly while it is held:
+--   member  "<token>:<fence>:<limit>:<since_ms>:<holder>"
+--   score   server ms at which that holder's lease ends
+-- token    unguessable hex; a ReadWriteLock prefixes it with 'r' or 'w'
+-- limit    a Semaphore's limit (every holder carries it), 0 for a ReadWriteLock
+-- since_ms and holder (host:pid:thread, may contain ':') are for display only.
+-- The key's TTL reaches the latest lease end, so a name whose holders all
+-- died leaves nothing behind.
 
--- Drop holders whose lease ended; returns how many holders remain.
-local function prune_holders(set, info, now_ms)
-  local expired = redis.call('ZRANGEBYSCORE', set, '-inf', now_ms)
-  if #expired > 0 then
-    redis.call('ZREM', set, unpack(expired))
-    redis.call('HDEL', info, unpack(expired))
+-- How many queued readers one release (or arrival) wakes at most; the rest
+-- are woken by later releases or their own bounded wait.
+local READER_BATCH = 32
+
+local function holder_member(token, fence, limit, since, holder)
+  return token .. ':' .. string.format('%.0f', fence) .. ':' .. limit .. ':' .. since .. ':'
+    .. holder
+end
+
+-- The limit a holder member carries.
+local function member_limit(member)
+  return tonumber(string.match(member, '^[^:]*:[^:]*:(%d+):'))
+end
+
+-- Add a holder and stretch the key's TTL to cover its lease. fresh: the key
+-- did not exist, so it has no TTL yet.
+local function add_holder(set, member, lease_ms, now_ms, fresh)
+  redis.call('ZADD', set, now_ms + lease_ms, member)
+  if fresh or redis.call('PTTL', set) < lease_ms then
+    redis.call('PEXPIRE', set, lease_ms)
   end
-  return redis.call('ZCARD', set)
+end
+
+-- Renew a holder's lease; false when it is not (or no longer) a live holder.
+local function renew_holder(set, member, lease_ms, now_ms)
+  local ends = redis.call('ZSCORE', set, member)
+  if (not ends) or tonumber(ends) <= now_ms then
+    return false
+  end
+  redis.call('ZADD', set, 'XX', now_ms + lease_ms, member)
+  if redis.call('PTTL', set) < lease_ms then
+    redis.call('PEXPIRE', set, lease_ms)
+  end
+  return true
+end
+
+-- Drop the holders whose lease ended, then this one; true when its lease was live.
+local function remove_holder(set, member, now_ms)
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
+  return redis.call('ZREM', set, member) == 1
 end
 
 -- Up to n live waiters from the front of the queue, dropping dead ones.
@@ -45,41 +81,11 @@ local function queue_front(queue, deadlines, now_ms, n)
   return live, ends
 end
 
--- Add a holder with a lease of lease_ms and stretch the keys' TTL to cover it.
-local function add_holder(set, info, token, lease_ms, now_ms, fence, since, holder)
-  redis.call('ZADD', set, now_ms + lease_ms, token)
-  redis.call('HSET', info, token, string.format('%.0f', fence) .. ':' .. since .. ':' .. holder)
-  if redis.call('PTTL', set) < lease_ms then
-    redis.call('PEXPIRE', set, lease_ms)
-    redis.call('PEXPIRE', info, lease_ms)
+-- Wake the first n live waiters.
+local function wake_front(queue, deadlines, sigprefix, now_ms, n)
+  local front, ends = queue_front(queue, deadlines, now_ms, n)
+  for i, waiter in ipairs(front) do
+    signal(sigprefix, waiter, ends[i] - now_ms)
   end
+  return #front
 end
-
--- Renew a holder's lease; false when it is not (or no longer) a holder.
-local function renew_holder(set, info, token, lease_ms, now_ms)
-  local ends = redis.call('ZSCORE', set, token)
-  if (not ends) or tonumber(ends) <= now_ms then
-    return false
-  end
-  redis.call('ZADD', set, 'XX', now_ms + lease_ms, token)
-  if redis.call('PTTL', set) < lease_ms then
-    redis.call('PEXPIRE', set, lease_ms)
-    redis.call('PEXPIRE', info, lease_ms)
-  end
-  return true
-end
-
--- Remove a holder; true when it still held a live lease.
-local function remove_holder(set, info, token, now_ms)
-  local ends = redis.call('ZSCORE', set, token)
-  if not ends then
-    return false
-  end
-  redis.call('ZREM', set, token)
-  redis.call('HDEL', info, token)
-  return tonumber(ends) > now_ms
-end
-
--- How many queued readers one release (or arrival) wakes at most; the rest
--- are woken by later releases or their own bounded wait.
-local READER_BATCH = 32

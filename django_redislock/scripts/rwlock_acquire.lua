@@ -1,9 +1,8 @@
 -- Take a ReadWriteLock for reading or writing, fairly, in one round trip.
--- KEYS[1] rwlock    ZSET  holder token -> server ms its lease ends (exists while held)
--- KEYS[2] holders   HASH  holder token -> "<fence>:<since_ms>:<holder>"
--- KEYS[3] fence     STRING fencing counter of this name
--- KEYS[4] queue     ZSET  waiters in arrival order (server µs)
--- KEYS[5] deadlines HASH  waiter token -> presumed-dead time
+-- KEYS[1] rwlock    ZSET   holders (see _permits.lua); exists while held
+-- KEYS[2] fence     STRING fencing counter of this name
+-- KEYS[3] queue     ZSET   waiters in arrival order (server µs)
+-- KEYS[4] deadlines HASH   waiter token -> presumed-dead time
 -- ARGV[1] token          'r' or 'w' (the mode) followed by an unguessable hex token
 -- ARGV[2] lease_ms       lease to set
 -- ARGV[3] mode           "try": no queueing; "wait": queue on refusal
@@ -12,17 +11,19 @@
 -- ARGV[6] holder         host:pid:thread, for operators
 -- ARGV[7] fence_ttl_ms   how long a fencing counter lives after it is (re)created
 -- ARGV[8] since_ms       the holder's wall clock, for display only
--- Returns {1, fence} when granted; {0, retry_hint_ms} when refused.
+-- Returns {1, fence} when granted (the holder's member is
+-- "<token>:<fence>:0:<since_ms>:<holder>"); {0, retry_hint_ms} when refused.
 --
 -- Holders are all readers or one writer; the first character of each token
 -- says which. A queued writer blocks readers that arrive after it, so a
 -- stream of readers cannot starve it.
-local set, info, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local set, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, sigprefix = ARGV[1], tonumber(ARGV[2]), ARGV[5]
 local reading = string.sub(token, 1, 1) == 'r'
 
 local now_ms, now_us = server_time()
-local count = prune_holders(set, info, now_ms)
+redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
+local count = redis.call('ZCARD', set)
 local compatible = count == 0
 if reading and not compatible then
   compatible = string.sub(redis.call('ZRANGE', set, 0, 0)[1], 1, 1) == 'r'
@@ -66,7 +67,7 @@ end
 
 if compatible then
   local fence = next_fence(fence_key, tonumber(ARGV[7]))
-  add_holder(set, info, token, lease, now_ms, fence, ARGV[8], ARGV[6])
+  add_holder(set, holder_member(token, fence, 0, ARGV[8], ARGV[6]), lease, now_ms, count == 0)
   return {1, fence}
 end
 
