@@ -167,7 +167,7 @@ class PermitPrimitive(Primitive):
         )
         queue_keys = keys[2:4]
         script = self.acquire_script
-        status, value, started, _ = wait_turn(
+        status, value, started, queued = wait_turn(
             lambda: script(client, keys, args),
             lambda: self._leave_queue(client, queue_keys, sigprefix, token),
             client=client,
@@ -179,6 +179,8 @@ class PermitPrimitive(Primitive):
         )
         if status != GRANTED:
             if status != REFUSED:
+                if queued:
+                    self._leave_queue(client, queue_keys, sigprefix, token)
                 self._on_status(status, value)
             signals.lock_contended.send(
                 sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
