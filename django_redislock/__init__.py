@@ -19,6 +19,8 @@ from .exceptions import (
 from .fencing import FenceField, fenced_update
 from .locks import Lock
 from .multilock import MultiLock
+from .rwlock import ReadWriteLock
+from .semaphores import Semaphore
 
 __all__ = [
     "AsyncLock",
@@ -31,6 +33,8 @@ __all__ = [
     "LockNotOwnedError",
     "LockTimeout",
     "MultiLock",
+    "ReadWriteLock",
+    "Semaphore",
     "fenced_update",
     "require_lock",
 ]

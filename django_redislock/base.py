@@ -16,21 +16,27 @@ outlives the socket timeout.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 import unicodedata
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from . import backend, signals
 from .conf import LockSettings, get_settings
+from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
     from .scripts import Script
+
+logger = logging.getLogger(__name__)
 
 #: Longest accepted name, in characters. Keys stay small and readable in tools.
 MAX_NAME_LENGTH = 1024
@@ -283,6 +289,37 @@ class Primitive:
             budget = 0.0
         return budget != 0.0, budget
 
+    # errors, worded the same for every primitive
+
+    def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
+        retry = retry_after_ms / 1000.0 if retry_after_ms and retry_after_ms > 0 else None
+        return LockTimeout(
+            f"Could not acquire {self.kind} {self.name!r} in time.",
+            name=self.name,
+            retry_after=retry,
+        )
+
+    def _not_owned(self) -> LockNotOwnedError:
+        return LockNotOwnedError(
+            f"{self.kind.capitalize()} {self.name!r} is not held by this holder.", name=self.name
+        )
+
+    def _lost(self, holding: Holding) -> LockLostError:
+        reason = holding.lost or "the lease expired or was cleared before release"
+        return LockLostError(
+            f"{self.kind.capitalize()} {self.name!r} was lost: {reason}.", name=self.name
+        )
+
+    @staticmethod
+    def _exit_error(
+        error: BaseException, exc_type: type[BaseException] | None, exc: BaseException | None
+    ) -> None:
+        """Raise ``error`` from ``__exit__`` unless another exception is already on its way."""
+        if exc is None:
+            raise error
+        if sys.version_info >= (3, 11):
+            exc.add_note(f"django-redislock: {error}")
+
 
 def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
     """How long one BLPOP may block: the lease hint, the chunk, the deadline."""
@@ -292,3 +329,52 @@ def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
     if deadline is not None:
         wait = min(wait, deadline - time.monotonic())
     return max(wait, backend.MIN_WAIT_CHUNK)
+
+
+#: Status a script answers with when it refused to grant (its value is a retry hint in ms).
+REFUSED = 0
+
+
+def wait_turn(
+    attempt: Callable[[], tuple[int, int]],
+    cancel: Callable[[], None],
+    *,
+    client: Any,
+    signal_key: str,
+    chunk: float,
+    may_wait: bool,
+    deadline: float | None,
+    name: str,
+) -> tuple[int, int, float, bool]:
+    """The fair wait loop: ``attempt()`` until it answers other than ``REFUSED``.
+
+    ``attempt`` runs the primitive's acquire script, which queues the caller on
+    refusal when it may wait. Between attempts the caller blocks on its own
+    signal list, bounded by ``wait_seconds``. Returns ``(status, value,
+    started, queued)``, where ``started`` is when the last attempt was sent
+    (the lease is measured from there). On giving up it leaves the queue with
+    ``cancel``; on any exception it tries to, and translates Redis failures
+    into ``LockBackendError``.
+    """
+    queued = False
+    try:
+        while True:
+            started = time.monotonic()
+            status, value = attempt()
+            if status != REFUSED:
+                return int(status), int(value), started, queued
+            queued = may_wait
+            if not may_wait or (deadline is not None and time.monotonic() >= deadline):
+                if queued:
+                    cancel()
+                return REFUSED, int(value), started, queued
+            client.blpop([signal_key], timeout=wait_seconds(value, chunk, deadline))
+    except BaseException as exc:
+        if queued:
+            try:
+                cancel()
+            except backend.BACKEND_ERRORS as cancel_exc:
+                logger.debug("Could not leave the wait queue of %r: %s", name, cancel_exc)
+        if isinstance(exc, backend.BACKEND_ERRORS):
+            raise backend.backend_error(name, exc) from exc
+        raise

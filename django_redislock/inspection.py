@@ -106,8 +106,60 @@ class LockKind:
         return int(client.delete(backend.key(prefix, name, "lock")))
 
 
+class _PermitKind:
+    """Semaphores and read-write locks: a ZSET of holders scored by lease end."""
+
+    kind = ""
+    main_part = ""
+    prefix = ""  # of the other parts
+
+    def _keys(self, prefix: str, name: str) -> list[str]:
+        return [
+            backend.key(prefix, name, self.main_part),
+            backend.key(prefix, name, f"{self.prefix}queue"),
+            backend.key(prefix, name, f"{self.prefix}deadlines"),
+        ]
+
+    def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
+        from .scripts import PERMIT_DESCRIBE
+        from .semaphores import as_text, parse_holders, parse_member
+
+        reply = PERMIT_DESCRIBE(client, self._keys(prefix, name)[:2], [])
+        holders = parse_holders(reply, mode_from_token=self.kind == "rwlock")
+        if not holders:
+            return None
+        limit = parse_member(as_text(reply[1]))[2]
+        mode = holders[0].mode
+        return HeldInfo(
+            name=name,
+            kind=self.kind,
+            holders=holders,
+            limit=limit if limit > 0 else None,
+            waiters=int(reply[0]),
+            extra={"mode": mode} if mode else {},
+        )
+
+    def clear(self, client: Any, prefix: str, name: str) -> int:
+        from .scripts import PERMIT_CLEAR
+
+        sigprefix = backend.key(prefix, name, "signal:")
+        return int(PERMIT_CLEAR(client, self._keys(prefix, name), [sigprefix]))
+
+
+class SemaphoreKind(_PermitKind):
+    kind = "semaphore"
+    main_part = "semaphore"
+    prefix = "sem:"
+
+
+class RWLockKind(_PermitKind):
+    kind = "rwlock"
+    main_part = "rwlock"
+    prefix = "rw:"
+
+
 #: Every kind the tools know about; primitives add theirs here.
-KINDS: list[Kind] = [LockKind()]
+KINDS: list[Kind] = [LockKind(), SemaphoreKind(), RWLockKind()]
 
 
 def kinds(selected: Iterable[str] | None = None) -> list[Kind]:

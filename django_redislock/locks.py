@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -34,9 +33,9 @@ from .base import (
     check_seconds,
     holder_description,
     new_token,
-    wait_seconds,
+    wait_turn,
 )
-from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from .exceptions import LockLostError
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
 from .watchdog import watchdog
 
@@ -125,25 +124,6 @@ class LockBase(Primitive):
             sigprefix=sigprefix,
         )
 
-    def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
-        retry = retry_after_ms / 1000.0 if retry_after_ms and retry_after_ms > 0 else None
-        return LockTimeout(
-            f"Could not acquire {self.kind} {self.name!r} in time.",
-            name=self.name,
-            retry_after=retry,
-        )
-
-    def _not_owned(self) -> LockNotOwnedError:
-        return LockNotOwnedError(
-            f"{self.kind.capitalize()} {self.name!r} is not held by this holder.", name=self.name
-        )
-
-    def _lost(self, holding: Holding) -> LockLostError:
-        reason = holding.lost or "the lease expired or was cleared before release"
-        return LockLostError(
-            f"{self.kind.capitalize()} {self.name!r} was lost: {reason}.", name=self.name
-        )
-
     def _after_release(self, holding: Holding, result: int) -> None:
         """Bookkeeping once the release script answered ``result``; raises when lost."""
         if result == NOT_OURS:
@@ -168,16 +148,6 @@ class LockBase(Primitive):
         """Redis could not be told: stop renewing, so the lease frees the lock."""
         if holding.depth <= 1:
             holding.end()
-
-    @staticmethod
-    def _exit_error(
-        error: BaseException, exc_type: type[BaseException] | None, exc: BaseException | None
-    ) -> None:
-        """Raise ``error`` from ``__exit__`` unless another exception is already on its way."""
-        if exc is None:
-            raise error
-        if sys.version_info >= (3, 11):
-            exc.add_note(f"django-redislock: {error}")
 
 
 class Lock(LockBase):
@@ -259,25 +229,21 @@ class Lock(LockBase):
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
         args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix)
-        signal_key = sigprefix + token
-        queued = False
-        try:
-            while True:
-                started = time.monotonic()
-                status, value = LOCK_ACQUIRE(client, keys, args)
-                if status == ACQUIRED:
-                    break
-                queued = may_wait
-                if not may_wait or (deadline is not None and time.monotonic() >= deadline):
-                    self._give_up(client, keys, sigprefix, token, queued, begun)
-                    return int(value)
-                client.blpop([signal_key], timeout=wait_seconds(value, chunk, deadline))
-        except BaseException as exc:
-            if queued:
-                self._leave_queue_quietly(client, keys, sigprefix, token)
-            if isinstance(exc, backend.BACKEND_ERRORS):
-                raise backend.backend_error(self.name, exc) from exc
-            raise
+        status, value, started, _ = wait_turn(
+            lambda: LOCK_ACQUIRE(client, keys, args),
+            lambda: self._leave_queue(client, keys, sigprefix, token),
+            client=client,
+            signal_key=sigprefix + token,
+            chunk=chunk,
+            may_wait=may_wait,
+            deadline=deadline,
+            name=self.name,
+        )
+        if status != ACQUIRED:
+            signals.lock_contended.send(
+                sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
+            )
+            return value
         holding = self._new_holding(token, client, lease, started, value, keys, sigprefix)
         self._local.holding = holding
         if self._auto_renew(settings):
@@ -302,34 +268,9 @@ class Lock(LockBase):
             raise self._lost(holding)
         holding.depth += 1
 
-    def _give_up(
-        self,
-        client: Any,
-        keys: list[str],
-        sigprefix: str,
-        token: str,
-        queued: bool,
-        begun: float,
-    ) -> None:
-        if queued:
-            self._leave_queue(client, keys, sigprefix, token)
-        signals.lock_contended.send(
-            sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
-        )
-
     def _leave_queue(self, client: Any, keys: list[str], sigprefix: str, token: str) -> None:
         with backend.translate_errors(self.name):
             QUEUE_CANCEL(client, keys[2:4], [token, sigprefix])
-
-    def _leave_queue_quietly(
-        self, client: Any, keys: list[str], sigprefix: str, token: str
-    ) -> None:
-        """Best effort while another error is on its way; the waiter's queue
-        entry expires by itself if Redis cannot be told."""
-        try:
-            QUEUE_CANCEL(client, keys[2:4], [token, sigprefix])
-        except backend.BACKEND_ERRORS as exc:
-            logger.debug("Could not leave the wait queue of %r: %s", self.name, exc)
 
     # release, extend, inspect ---------------------------------------------------------
 

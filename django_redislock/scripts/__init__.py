@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-_PRELUDES = ("_lock_value.lua", "_queue.lua")
+_PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua")
 
 
 def _read(filename: str) -> str:
@@ -59,3 +59,10 @@ LOCK_ACQUIRE = Script("lock_acquire.lua")
 LOCK_RELEASE = Script("lock_release.lua")
 LOCK_EXTEND = Script("lock_extend.lua")
 QUEUE_CANCEL = Script("queue_cancel.lua")
+SEMAPHORE_ACQUIRE = Script("semaphore_acquire.lua")
+SEMAPHORE_RELEASE = Script("semaphore_release.lua")
+RWLOCK_ACQUIRE = Script("rwlock_acquire.lua")
+RWLOCK_RELEASE = Script("rwlock_release.lua")
+PERMIT_EXTEND = Script("permit_extend.lua")
+PERMIT_DESCRIBE = Script("permit_describe.lua")
+PERMIT_CLEAR = Script("permit_clear.lua")

@@ -76,20 +76,6 @@ local function mark_waiters(lock)
   end
 end
 
--- Fencing tokens never go backwards, even when Redis restarted empty: a token is
--- at least the server clock in µs, and at least one more than the last one given.
--- Set the waiters flag of a held lock's value, so its release wakes the queue.
-local function mark_waiters(lock)
-  local value = redis.call('GET', lock)
-  if value then
-    local colon = string.find(value, ':', 1, true)
-    if colon and string.sub(value, colon + 1, colon + 1) == '0' then
-      redis.call('SET', lock, string.sub(value, 1, colon) .. '1' .. string.sub(value, colon + 2),
-        'KEEPTTL')
-    end
-  end
-end
-
 -- Fencing tokens never go backwards, even when Redis restarted empty: the
 -- counter starts from the server clock in µs whenever it is (re)created, and
 -- it is forgotten only FENCE_MEMORY after it was created, long after the clock

@@ -1,0 +1,66 @@
+-- Take a Semaphore permit, fairly, in one round trip.
+-- KEYS[1] semaphore ZSET   holders (see _permits.lua); exists while held
+-- KEYS[2] fence     STRING fencing counter of this name
+-- KEYS[3] queue     ZSET   waiters in arrival order (server µs)
+-- KEYS[4] deadlines HASH   waiter token -> presumed-dead time
+-- ARGV[1] token          the would-be holder's unguessable hex token
+-- ARGV[2] lease_ms       lease to set
+-- ARGV[3] mode           "try": no queueing; "wait": queue on refusal
+-- ARGV[4] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
+-- ARGV[5] sigprefix      prefix of the per-waiter signal lists
+-- ARGV[6] holder         host:pid:thread, for operators
+-- ARGV[7] fence_ttl_ms   how long a fencing counter lives after it is (re)created
+-- ARGV[8] since_ms       the holder's wall clock, for display only (never for ordering)
+-- ARGV[9] limit          the caller's limit
+-- Returns {1, fence} when granted (the holder's member is
+-- "<token>:<fence>:<limit>:<since_ms>:<holder>"); {0, retry_hint_ms} when
+-- refused; {-2, limit_in_use} when the name is held under another limit.
+local set, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local token, lease, sigprefix = ARGV[1], tonumber(ARGV[2]), ARGV[5]
+local limit = tonumber(ARGV[9])
+
+local now_ms, now_us = server_time()
+redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
+local count = redis.call('ZCARD', set)
+if count > 0 then
+  local in_use = member_limit(redis.call('ZRANGE', set, 0, 0)[1])
+  if in_use ~= limit then
+    return {-2, in_use or 0}
+  end
+end
+
+local free = limit - count
+local hint
+if free > 0 then
+  -- The first `free` live waiters are entitled to the free permits; wake them.
+  local entitled = true
+  if redis.call('EXISTS', queue) == 1 then
+    entitled = false
+    local front, ends = queue_front(queue, deadlines, now_ms, free)
+    for i, waiter in ipairs(front) do
+      if waiter == token then
+        entitled = true
+      else
+        signal(sigprefix, waiter, ends[i] - now_ms)
+      end
+    end
+    if entitled then
+      dequeue(queue, deadlines, sigprefix, token)
+    elseif #front < free then
+      entitled = true -- fewer waiters than free permits: nobody is passed over
+    end
+    hint = tonumber(ARGV[4])
+  end
+  if entitled then
+    local fence = next_fence(fence_key, tonumber(ARGV[7]))
+    add_holder(set, holder_member(token, fence, limit, ARGV[8], ARGV[6]), lease, now_ms,
+      count == 0)
+    return {1, fence}
+  end
+else
+  hint = tonumber(redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]) - now_ms
+end
+if ARGV[3] == 'wait' then
+  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]))
+end
+return {0, hint}

@@ -1,0 +1,370 @@
+"""``Semaphore``: at most ``limit`` holders of a name, served in arrival order.
+
+Round trips: an acquire that gets a permit is one ``EVALSHA``; a release is
+one. A waiter adds one ``BLPOP`` per wake-up and one re-check, like ``Lock``.
+
+Unlike the textbook sorted-set semaphore (a pipeline of ``ZREMRANGEBYSCORE``,
+``ZADD``, ``ZRANK`` and a compensating ``ZREM``, scored by the client's
+clock), expiry and arrival order here are read from the Redis server's clock
+inside the script, so a web node whose clock runs minutes ahead or behind can
+neither steal a permit nor make one outlive its lease.
+
+Each permit is its own holding with its own token, lease and fencing token;
+the one watchdog thread renews them all. A thread that acquires twice holds
+two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from types import TracebackType
+from typing import Any
+
+from . import backend, signals
+from .base import (
+    FENCE_MEMORY_MS,
+    REFUSED,
+    WAITER_GRACE_MS,
+    Holding,
+    Primitive,
+    check_seconds,
+    holder_description,
+    new_token,
+    wait_turn,
+)
+from .exceptions import LockLostError
+from .inspection import HolderInfo
+from .scripts import (
+    PERMIT_DESCRIBE,
+    PERMIT_EXTEND,
+    QUEUE_CANCEL,
+    SEMAPHORE_ACQUIRE,
+    SEMAPHORE_RELEASE,
+    Script,
+)
+from .watchdog import watchdog
+
+GRANTED, LIMIT_MISMATCH = 1, -2
+
+
+def check_limit(limit: object) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ValueError(
+            f"limit must be an int of at least 1, got {limit!r} ({type(limit).__name__})."
+        )
+    return limit
+
+
+def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[HolderInfo]:
+    """Decode the holder rows of ``permit_describe.lua`` (member, ms left, ...)."""
+    found = []
+    for i in range(1, len(reply) - 1, 2):
+        token, fence, _, holder = parse_member(as_text(reply[i]))
+        mode = None
+        if mode_from_token:
+            mode = "write" if token.startswith("w") else "read"
+        found.append(
+            HolderInfo(
+                token=token,
+                holder=holder,
+                ttl=int(reply[i + 1]) / 1000.0,
+                fencing_token=int(fence) if fence.isdigit() else None,
+                mode=mode,
+            )
+        )
+    return found
+
+
+def parse_member(member: str) -> tuple[str, str, int, str]:
+    """``(token, fence, limit, holder)`` of a holder member (see ``_permits.lua``)."""
+    token, fence, limit, _, holder = [*member.split(":", 4), "", "", "", ""][:5]
+    return token, fence, int(limit) if limit.isdigit() else 0, holder
+
+
+def as_text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
+class PermitPrimitive(Primitive):
+    """A primitive whose holders each get a permit: its own token and lease.
+
+    Their keys are, in this order: the holder ZSET (the main part, see
+    ``scripts/_permits.lua``), the fencing counter, the wait queue and its
+    deadlines. Subclasses name their parts and scripts; the acquire script answers
+    ``{1, fence}`` or ``{0, retry hint}`` (or a subclass-specific status), the
+    release script ``1`` (released) or ``0`` (the lease was already gone).
+    """
+
+    acquire_script: Script
+    release_script: Script
+    #: First character of every token, when the scripts need to see the mode.
+    token_mode = ""
+    #: Carried by every holder's member (a Semaphore's limit; 0 when unused).
+    _limit = 0
+
+    def __init__(self, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._local = threading.local()
+
+    def _acquire_args(self, args: list[Any]) -> list[Any]:
+        return args
+
+    def _release_args(self, member: str, sigprefix: str) -> list[Any]:
+        return [member, sigprefix]
+
+    def _on_status(self, status: int, value: int) -> None:
+        """A status other than granted or refused: raise the matching error."""
+        raise RuntimeError(f"unexpected answer {status!r} from {self.acquire_script!r}")
+
+    # holder state
+
+    def _stack(self) -> list[Holding]:
+        stack: list[Holding] | None = getattr(self._local, "stack", None)
+        if stack is None or (stack and stack[0].pid != os.getpid()):
+            stack = self._local.stack = []  # new thread, or inherited through fork()
+        return stack
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of this holder's latest permit (``None`` when none)."""
+        stack = self._stack()
+        return stack[-1].fencing_token if stack else None
+
+    # acquire
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take a permit; ``False`` when none could be had in time.
+
+        Raises ``LockBackendError`` when Redis cannot be reached.
+        """
+        return self._acquire(blocking, blocking_timeout) is None
+
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+        settings = self._settings()
+        client, chunk = self._client_and_chunk(settings)
+        keys, sigprefix = self._key_set(settings.key_prefix)
+        lease = self._lease(settings)
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        token = self.token_mode + new_token()
+        begun = time.monotonic()
+        deadline = None if budget is None else begun + budget
+        holder = holder_description()
+        since = int(time.time() * 1000)  # for display only, never for ordering
+        args = self._acquire_args(
+            [
+                token,
+                int(lease * 1000),
+                "wait" if may_wait else "try",
+                int(chunk * 1000) + WAITER_GRACE_MS,
+                sigprefix,
+                holder,
+                FENCE_MEMORY_MS,
+                since,
+            ]
+        )
+        queue_keys = keys[2:4]
+        script = self.acquire_script
+        status, value, started, queued = wait_turn(
+            lambda: script(client, keys, args),
+            lambda: self._leave_queue(client, queue_keys, sigprefix, token),
+            client=client,
+            signal_key=sigprefix + token,
+            chunk=chunk,
+            may_wait=may_wait,
+            deadline=deadline,
+            name=self.name,
+        )
+        if status != GRANTED:
+            if status != REFUSED:
+                if queued:
+                    self._leave_queue(client, queue_keys, sigprefix, token)
+                self._on_status(status, value)
+            signals.lock_contended.send(
+                sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
+            )
+            return value
+        holding = Holding(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            token=f"{token}:{value}:{self._limit}:{since}:{holder}",  # its member in the ZSET
+            client=client,
+            lease=lease,
+            started=started,
+            fencing_token=value,
+            renew_script=PERMIT_EXTEND,
+            keys=keys[:1],
+            sigprefix=sigprefix,
+        )
+        self._stack().append(holding)
+        if self._auto_renew(settings):
+            watchdog.watch(holding)
+        signals.lock_acquired.send(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            waited=started - begun,
+            fencing_token=value,
+        )
+        return None
+
+    def _leave_queue(self, client: Any, queue_keys: list[str], sigprefix: str, token: str) -> None:
+        with backend.translate_errors(self.name):
+            QUEUE_CANCEL(client, queue_keys, [token, sigprefix])
+
+    # release, extend, inspect
+
+    def release(self) -> None:
+        """Return this holder's latest permit.
+
+        Raises ``LockNotOwnedError`` when this holder holds none, and
+        ``LockLostError`` when its lease ended (or was cleared) before the release.
+        """
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack.pop()
+        keys, _ = self._key_set(self._settings().key_prefix)
+        try:
+            result = self.release_script(
+                holding.client,
+                [keys[0], keys[2], keys[3]],
+                self._release_args(holding.token, holding.sigprefix),
+            )
+        except BaseException as exc:
+            holding.end()  # the lease frees the permit if Redis was not told
+            if isinstance(exc, backend.BACKEND_ERRORS):
+                raise backend.backend_error(self.name, exc) from exc
+            raise
+        if not result:
+            holding.mark_lost("the lease was gone when the holder released it")
+        lost = holding.lost
+        holding.end()
+        if lost is not None:
+            raise self._lost(holding)
+        signals.lock_released.send(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            held=time.monotonic() - holding.acquired_at,
+        )
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Reset the lease of this holder's latest permit to ``seconds`` from now."""
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack[-1]
+        lease = check_seconds(seconds, "seconds") or holding.lease
+        started = time.monotonic()
+        with backend.translate_errors(self.name):
+            result = PERMIT_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
+        if not result:
+            holding.mark_lost("the lease was gone when the holder extended it")
+            raise self._lost(holding)
+        holding.lease_deadline = started + lease
+
+    def owned(self) -> bool:
+        """Whether this holder's latest permit is live, according to Redis."""
+        stack = self._stack()
+        if not stack:
+            return False
+        token = stack[-1].token.split(":", 1)[0]
+        return any(info.token == token for info in self.holders())
+
+    def _describe(self) -> list[Any]:
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        with backend.translate_errors(self.name):
+            reply: list[Any] = PERMIT_DESCRIBE(self._client(settings), [keys[0], keys[2]], [])
+        return reply
+
+    def holders(self) -> list[HolderInfo]:
+        """Every live holder: token, ``host:pid:thread``, seconds of lease left, fence."""
+        return parse_holders(self._describe(), mode_from_token=bool(self.token_mode))
+
+    # context manager
+
+    def __enter__(self) -> Any:
+        retry = self._acquire(None, None)
+        if retry is not None:
+            raise self._timeout_error(retry)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except LockLostError as error:
+            self._exit_error(error, exc_type, exc)
+
+
+class Semaphore(PermitPrimitive):
+    """At most ``limit`` holders of ``name`` at once, across every process.
+
+    Guarantees, as long as Redis keeps its data: never more than ``limit``
+    live permits; permits go to waiters in arrival order, ordered and expired
+    by the Redis server's clock (client clocks are never consulted); each
+    permit has a lease (``timeout``), so a holder that died gives its permit
+    back when the lease ends, while the watchdog renews live holders
+    (``auto_renew``). A permit lost anyway is reported (``lock_lost``,
+    ``LockLostError``).
+
+    Every user of a name must agree on ``limit``: acquiring with a limit that
+    differs from the one in use raises ``ValueError``.
+    """
+
+    kind = "semaphore"
+    parts = ("semaphore", "sem:fence", "sem:queue", "sem:deadlines")
+    acquire_script = SEMAPHORE_ACQUIRE
+    release_script = SEMAPHORE_RELEASE
+
+    def __init__(
+        self,
+        name: str,
+        limit: int,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        using: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            using=using,
+        )
+        self.limit = self._limit = check_limit(limit)
+
+    def __repr__(self) -> str:
+        return f"<Semaphore {self.name!r} limit={self.limit}>"
+
+    def _acquire_args(self, args: list[Any]) -> list[Any]:
+        return [*args, self.limit]
+
+    def _release_args(self, member: str, sigprefix: str) -> list[Any]:
+        return [member, sigprefix, self.limit]
+
+    def _on_status(self, status: int, value: int) -> None:
+        if status == LIMIT_MISMATCH:
+            raise ValueError(
+                f"Semaphore {self.name!r} is in use with limit={value}, "
+                f"but this one was created with limit={self.limit}; "
+                f"every user of a name must pass the same limit."
+            )
+        super()._on_status(status, value)
+
+    def __enter__(self) -> Semaphore:
+        super().__enter__()
+        return self

@@ -1,0 +1,320 @@
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis
+
+from django_redislock import LockLostError, LockNotOwnedError, LockTimeout, Semaphore
+from django_redislock import signals as lock_signals
+from django_redislock.inspection import clear, list_held
+from tests.gauge import Gauge
+from tests.procs import CTX, _entry, processes, worker_env
+from tests.signals_helper import capture
+
+# --- workers (module level: spawned processes import them by name) ------------
+
+
+def _skewed_clock(skew: float) -> Any:
+    real = time.time
+    return mock.patch("time.time", side_effect=lambda: real() + skew)
+
+
+def _gauge_worker(name: str, limit: int, cycles: int, gauge: Gauge, skew: float) -> None:
+    with _skewed_clock(skew):
+        sem = Semaphore(name, limit, timeout=10, blocking_timeout=60)
+        for _ in range(cycles):
+            with sem, gauge.inside() as inside:
+                assert inside <= limit
+                time.sleep(0.003)
+
+
+def _ordered_waiter(name: str, index: int) -> None:
+    sem = Semaphore(name, 1, timeout=10, blocking_timeout=60)
+    with sem:
+        redis.Redis.from_url(os.environ["REDISLOCK_TEST_REDIS_URL"]).rpush("order", index)
+
+
+def _hold_forever(name: str, lease: float, ready: Any) -> None:
+    sem = Semaphore(name, 1, timeout=lease, auto_renew=True)
+    assert sem.acquire(blocking=False)
+    ready.set()
+    time.sleep(600)
+
+
+def _start(target: Any, *args: Any) -> Any:
+    """One worker process, for tests that start workers one at a time."""
+    from django.db import connections
+
+    connections.close_all()
+    proc = CTX.Process(target=_entry, args=(worker_env(), target, args))
+    proc.start()
+    return proc
+
+
+def _reap(started: list[Any]) -> None:
+    for proc in started:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
+# --- basics ----------------------------------------------------------------------
+
+
+def test_limit_holders_then_refuse_then_permit_returns(redis_client: redis.Redis) -> None:
+    first, second, third = (Semaphore("api", 2) for _ in range(3))
+    assert first.acquire()
+    assert second.acquire()
+    assert third.acquire(blocking=False) is False
+    assert redis_client.zcard("redislock:{api}:semaphore") == 2
+    first.release()
+    assert third.acquire(blocking=False)
+    second.release()
+    third.release()
+    assert not redis_client.exists("redislock:{api}:semaphore")
+    assert redis_client.keys("redislock:{api}:*") == [b"redislock:{api}:sem:fence"]
+    assert redis_client.pttl("redislock:{api}:sem:fence") > 0
+
+
+def test_every_key_has_a_ttl_while_held_and_waited_for(redis_client: redis.Redis) -> None:
+    holder = Semaphore("ttl", 1, timeout=5)
+    holder.acquire()
+    waiter_done = threading.Event()
+
+    def wait() -> None:
+        Semaphore("ttl", 1, blocking_timeout=5).acquire()
+        waiter_done.set()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while not redis_client.zcard("redislock:{ttl}:sem:queue"):
+        assert time.monotonic() < deadline, "waiter never queued"
+        time.sleep(0.01)
+    keys = redis_client.keys("redislock:{ttl}:*")
+    assert len(keys) >= 4  # semaphore, fence, queue, deadlines, maybe a signal
+    for key in keys:
+        assert redis_client.pttl(key) > 0, key
+    holder.release()
+    assert waiter_done.wait(5)
+    thread.join()
+
+
+@pytest.mark.parametrize("limit", [0, -1, 1.5, "3", True, None])
+def test_bad_limit_is_a_value_error_naming_what_was_given(limit: object) -> None:
+    with pytest.raises(ValueError, match=r"limit must be an int of at least 1, got"):
+        Semaphore("x", limit)  # type: ignore[arg-type]
+
+
+def test_limit_disagreeing_with_the_one_in_use(redis_client: redis.Redis) -> None:
+    holder = Semaphore("pool", 3)
+    holder.acquire()
+    with pytest.raises(ValueError, match=r"in use with limit=3.*created with limit=5"):
+        Semaphore("pool", 5).acquire()
+    holder.release()
+    assert Semaphore("pool", 5).acquire(blocking=False)  # idle name: no memory of 3
+
+
+def test_holders_lists_tokens_with_remaining_lease() -> None:
+    sem = Semaphore("h", 3, timeout=20)
+    sem.acquire()
+    sem.acquire()  # a thread may hold two permits
+    holders = sem.holders()
+    assert len(holders) == 2
+    assert all(15 < h.ttl <= 20 for h in holders if h.ttl is not None)
+    assert sem.fencing_token == max(h.fencing_token or 0 for h in holders)
+    assert holders[0].holder.endswith(threading.current_thread().name)
+    sem.release()
+    sem.release()
+    assert sem.holders() == []
+
+
+def test_fencing_tokens_increase_across_permits() -> None:
+    sem = Semaphore("f", 2)
+    tokens = []
+    for _ in range(5):
+        sem.acquire()
+        tokens.append(sem.fencing_token)
+        sem.release()
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == 5
+
+
+def test_release_without_permit_and_lost_lease(redis_client: redis.Redis) -> None:
+    sem = Semaphore("lost", 1, timeout=5, auto_renew=False)
+    with pytest.raises(LockNotOwnedError):
+        sem.release()
+    sem.acquire()
+    assert sem.owned()
+    redis_client.delete("redislock:{lost}:semaphore")
+    assert not sem.owned()
+    with pytest.raises(LockLostError):
+        sem.release()
+    with pytest.raises(LockNotOwnedError):
+        sem.release()
+
+
+def test_extend_and_expired_lease_cannot_be_extended() -> None:
+    sem = Semaphore("ext", 1, timeout=0.3, auto_renew=False)
+    sem.acquire()
+    sem.extend(20)
+    assert sem.holders()[0].ttl is not None
+    assert sem.holders()[0].ttl > 15  # type: ignore[operator]
+    sem.extend(0.05)
+    time.sleep(0.1)
+    with pytest.raises(LockLostError):
+        sem.extend()
+
+
+def test_context_manager_times_out_with_retry_after() -> None:
+    holder = Semaphore("cm", 1, timeout=20)
+    holder.acquire()
+    with pytest.raises(LockTimeout) as info, Semaphore("cm", 1, blocking_timeout=0.05):
+        pass
+    assert info.value.retry_after is not None
+    assert 0 < info.value.retry_after <= 20
+    holder.release()
+
+
+def test_watchdog_renews_permits_past_their_lease() -> None:
+    sem = Semaphore("wd", 1, timeout=0.3, auto_renew=True)
+    with sem:
+        time.sleep(1.0)
+        assert sem.owned()
+        assert not Semaphore("wd", 1).acquire(blocking=False)
+
+
+def test_operator_clear_is_reported_to_holder(redis_client: redis.Redis) -> None:
+    sem = Semaphore("ops", 2, timeout=0.3, auto_renew=True)
+    with capture(lock_signals.lock_lost) as lost, pytest.raises(LockLostError):
+        with sem:
+            [info] = list_held(redis_client, "redislock", selected=["semaphore"])
+            assert (info.name, info.kind, info.limit, len(info.holders)) == (
+                "ops",
+                "semaphore",
+                2,
+                1,
+            )
+            assert clear(redis_client, "redislock", "ops") == 1
+            deadline = time.monotonic() + 5
+            while not lost and time.monotonic() < deadline:
+                time.sleep(0.02)
+    assert lost and lost[0]["kind"] == "semaphore"
+
+
+def test_waiter_woken_by_release_not_by_lease() -> None:
+    holder = Semaphore("wake", 1, timeout=30)
+    holder.acquire()
+    waited: list[float] = []
+
+    def wait() -> None:
+        sem = Semaphore("wake", 1, blocking_timeout=20)
+        start = time.monotonic()
+        assert sem.acquire()
+        waited.append(time.monotonic() - start)
+        sem.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.3)  # let it queue; the assertion below does not depend on it
+    released = time.monotonic()
+    holder.release()
+    thread.join(10)
+    assert waited
+    assert time.monotonic() - released < 1.5  # not the 30 s lease, not the 2 s chunk
+
+
+def test_giving_up_leaves_no_queue(redis_client: redis.Redis) -> None:
+    holder = Semaphore("gq", 1)
+    holder.acquire()
+    with capture(lock_signals.lock_contended) as contended:
+        assert not Semaphore("gq", 1, blocking_timeout=0.05).acquire()
+    assert contended[0]["kind"] == "semaphore"
+    assert redis_client.zcard("redislock:{gq}:sem:queue") == 0
+    holder.release()
+
+
+def test_skewed_client_clock_cannot_steal_a_permit() -> None:
+    holder = Semaphore("skew", 1, timeout=5)
+    holder.acquire()
+    for skew in (-600.0, 600.0, 3600.0):
+        with _skewed_clock(skew):
+            assert not Semaphore("skew", 1).acquire(blocking=False)
+    holder.release()
+    with _skewed_clock(-600.0):
+        late = Semaphore("skew", 1, timeout=5)
+        assert late.acquire(blocking=False)
+        assert 4 < (late.holders()[0].ttl or 0) <= 5  # the lease is server time, not skewed
+        late.release()
+
+
+# --- real processes --------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("real_redis")
+def test_gauge_never_exceeds_limit_and_reaches_it() -> None:
+    gauge = Gauge()
+    limit, workers, cycles = 3, 6, 40
+    with processes(_gauge_worker, [("g", limit, cycles, gauge, 0.0)] * workers):
+        pass
+    assert gauge.entries == workers * cycles
+    assert gauge.peak == limit
+
+
+@pytest.mark.usefixtures("real_redis")
+def test_skewed_clocks_over_grant_nothing() -> None:
+    """Workers whose clocks are minutes apart share the permits exactly as without skew."""
+    gauge = Gauge()
+    skews = [-300.0, 0.0, 300.0, 900.0, -900.0]
+    with processes(_gauge_worker, [("sk", 2, 30, gauge, skew) for skew in skews]):
+        pass
+    assert gauge.entries == len(skews) * 30
+    assert gauge.peak == 2
+
+
+@pytest.mark.usefixtures("real_redis")
+def test_grant_order_is_arrival_order(redis_client: redis.Redis) -> None:
+    holder = Semaphore("fifo", 1, timeout=30)
+    holder.acquire()
+    waiters = 5
+    started: list[Any] = []
+    try:
+        for index in range(waiters):
+            started.append(_start(_ordered_waiter, "fifo", index))
+            deadline = time.monotonic() + 30
+            while redis_client.zcard("redislock:{fifo}:sem:queue") < index + 1:
+                assert time.monotonic() < deadline, f"waiter {index} never queued"
+                time.sleep(0.01)
+        holder.release()
+        for proc in started:
+            proc.join(30)
+            assert proc.exitcode == 0
+    finally:
+        _reap(started)
+    assert [int(i) for i in redis_client.lrange("order", 0, -1)] == list(range(waiters))
+
+
+@pytest.mark.usefixtures("real_redis")
+def test_killed_holder_permit_returns_after_its_lease() -> None:
+    ready = CTX.Event()
+    lease = 1.0
+    proc = _start(_hold_forever, "dead", lease, ready)
+    try:
+        assert ready.wait(30)
+        time.sleep(lease * 1.5)
+        # the watchdog in the child kept the permit past its first lease
+        assert not Semaphore("dead", 1).acquire(blocking=False)
+        os.kill(proc.pid or 0, signal.SIGKILL)
+        killed = time.monotonic()
+        proc.join(10)
+        assert Semaphore("dead", 1, blocking_timeout=15).acquire()
+        waited = time.monotonic() - killed
+        assert waited <= lease + 2.5, waited
+    finally:
+        _reap([proc])
