@@ -96,6 +96,8 @@ class RedisServer:
         if self.process is not None and self.process.poll() is None:
             self.process.send_signal(signal.SIGKILL)
             self.process.wait(10)
+        if self.process is not None and self.process.stderr is not None:
+            self.process.stderr.close()  # a restart opens a new pipe
 
     def restart(self) -> None:
         """Kill and start again on the same port, empty."""
