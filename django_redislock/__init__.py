@@ -15,6 +15,7 @@ from .exceptions import (
     LockTimeout,
 )
 from .locks import Lock
+from .redlock import Redlock
 
 __all__ = [
     "AsyncLock",
@@ -24,4 +25,5 @@ __all__ = [
     "LockLostError",
     "LockNotOwnedError",
     "LockTimeout",
+    "Redlock",
 ]
