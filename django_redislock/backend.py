@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 import redis.asyncio
 import redis.asyncio.connection
+import redis.cluster
 import redis.connection
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
@@ -144,6 +145,8 @@ def _client_for(alias: str) -> Any:
 def wait_chunk(client: Any) -> float:
     """The longest one blocking command may wait on this client's connections."""
     pool = getattr(client, "connection_pool", None)
+    if isinstance(client, redis.cluster.RedisCluster):
+        pool = client.nodes_manager  # holds the connection kwargs of every node
     kwargs = getattr(pool, "connection_kwargs", None) or {}
     socket_timeout = kwargs.get("socket_timeout")
     if not socket_timeout:
@@ -181,7 +184,16 @@ async def translate_errors_async(name: str) -> AsyncIterator[None]:
 
 
 def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]:
-    """Every key matching ``match``, by SCAN in batches (never KEYS)."""
+    """Every key matching ``match``, by SCAN in batches (never KEYS).
+
+    On a Redis Cluster every primary is scanned in turn: each holds only the
+    keys of its own slots.
+    """
+    if isinstance(client, redis.cluster.RedisCluster):
+        cluster: Any = client  # partly untyped in redis-py
+        for node in cluster.get_primaries():
+            yield from scan(cluster.get_redis_connection(node), match, count=count)
+        return
     cursor: int = 0
     while True:
         cursor, batch = client.scan(cursor=cursor, match=match, count=count)
@@ -215,7 +227,9 @@ class _AsyncClients:
         )
 
     def get(self, sync_client: Any) -> Any | None:
-        pool = sync_client.connection_pool
+        pool = getattr(sync_client, "connection_pool", None)
+        if pool is None:  # Redis Cluster: a pool per node, no asyncio mirror here
+            return None
         loop = asyncio.get_running_loop()
         with self._lock:
             per_loop = self._by_loop.setdefault(loop, {})
