@@ -17,6 +17,7 @@ REDIS_BACKENDS = (
     "django_redis.cache.RedisCache",
     "django.core.cache.backends.redis.RedisCache",
 )
+CLUSTER_CLIENT = "django_redislock.cluster.ClusterClient"
 
 
 def _check_id(suffix: str) -> str:
@@ -37,6 +38,27 @@ def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
             f"{setting} names cache {alias!r}, whose BACKEND {backend!r} is not Redis.",
             hint="Use django_redis.cache.RedisCache (or a subclass) for this cache.",
             id=_check_id("E004"),
+        )
+    return _cluster_problem(alias, caches[alias])
+
+
+def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:
+    """A cache using ``ClusterClient`` must list usable cluster startup nodes."""
+    options = config.get("OPTIONS") or {}
+    if options.get("CLIENT_CLASS") != CLUSTER_CLIENT:
+        return None
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .cluster import cluster_kwargs, parse_startup_nodes
+
+    try:
+        parse_startup_nodes(config.get("LOCATION") or [])
+        cluster_kwargs(config.get("LOCATION") or [""], options)
+    except ImproperlyConfigured as exc:
+        return Error(
+            f"Cache {alias!r} uses {CLUSTER_CLIENT}: {exc}",
+            hint='LOCATION must list cluster nodes, e.g. ["redis://10.0.0.1:7000"].',
+            id=_check_id("E020"),
         )
     return None
 

@@ -58,6 +58,7 @@ class RedisClusterNodes:
     """``count`` cluster-enabled primaries sharing all 16384 slots."""
 
     def __init__(self, count: int = 3) -> None:
+        self.bus_ports = [free_port() for _ in range(count)]
         self.servers = [
             RedisServer(
                 args=[
@@ -65,10 +66,10 @@ class RedisClusterNodes:
                     "--cluster-config-file", "nodes.conf",
                     "--cluster-node-timeout", "5000",
                     # The bus port defaults to port + 10000, which may be taken or > 65535.
-                    "--cluster-port", str(free_port()),
+                    "--cluster-port", str(bus_port),
                 ]
             )
-            for _ in range(count)
+            for bus_port in self.bus_ports
         ]  # fmt: skip
 
     @property
@@ -86,8 +87,8 @@ class RedisClusterNodes:
                 last = CLUSTER_SLOTS - 1 if index == len(clients) - 1 else first + share - 1
                 client.execute_command("CLUSTER", "SET-CONFIG-EPOCH", index + 1)
                 client.execute_command("CLUSTER", "ADDSLOTSRANGE", first, last)
-            for server in self.servers[1:]:
-                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", server.port)
+            for server, bus_port in zip(self.servers[1:], self.bus_ports[1:], strict=True):
+                clients[0].execute_command("CLUSTER", "MEET", "127.0.0.1", server.port, bus_port)
 
             def ready() -> bool:
                 for client in clients:
