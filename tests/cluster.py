@@ -241,8 +241,7 @@ class SentinelGroup:
             def discovered() -> bool:
                 for sentinel in self.sentinels:
                     with sentinel.client() as client:
-                        state = client.execute_command("SENTINEL", "MASTER", SENTINEL_SERVICE)
-                        info = dict(zip(state[::2], state[1::2], strict=True))
+                        info = client.sentinel_master(SENTINEL_SERVICE)
                         if int(info["num-other-sentinels"]) != 2 or int(info["num-slaves"]) != 1:
                             return False
                 return True
@@ -287,6 +286,14 @@ def sentinel_group() -> Iterator[SentinelGroup]:
     group = SentinelGroup().start()
     yield group
     group.stop()
+    # django-redis keeps one pool per LOCATION per process, bound to these
+    # sentinels: forget it, or the next group's test would ask the dead ones.
+    from django_redis.pool import ConnectionFactory
+
+    for url in [
+        u for u in ConnectionFactory._pools if u.startswith(f"redis://{SENTINEL_SERVICE}/")
+    ]:
+        ConnectionFactory._pools.pop(url).disconnect()
 
 
 # --- Redlock ------------------------------------------------------------------------------
