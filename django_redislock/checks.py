@@ -18,6 +18,8 @@ REDIS_BACKENDS = (
     "django.core.cache.backends.redis.RedisCache",
 )
 CLUSTER_CLIENT = "django_redislock.cluster.ClusterClient"
+SENTINEL_CLIENT = "django_redis.client.SentinelClient"
+SENTINEL_FACTORY = "django_redis.pool.SentinelConnectionFactory"
 
 
 def _check_id(suffix: str) -> str:
@@ -39,7 +41,7 @@ def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
             hint="Use django_redis.cache.RedisCache (or a subclass) for this cache.",
             id=_check_id("E004"),
         )
-    return _cluster_problem(alias, caches[alias])
+    return _cluster_problem(alias, caches[alias]) or _sentinel_problem(alias, caches[alias])
 
 
 def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:
@@ -110,3 +112,44 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     return messages
+
+
+def _sentinel_problem(alias: str, config: Any) -> CheckMessage | None:
+    """django-redis's SentinelClient needs the Sentinel factory and SENTINELS.
+
+    Without them it fails at the first lock, in production, with an error
+    that does not name the missing setting.
+    """
+    options = config.get("OPTIONS") or {}
+    if options.get("CLIENT_CLASS") != SENTINEL_CLIENT:
+        return None
+    factory = options.get("CONNECTION_FACTORY") or getattr(
+        settings, "DJANGO_REDIS_CONNECTION_FACTORY", None
+    )
+    missing = []
+    if factory != SENTINEL_FACTORY and not _is_subclass_path(factory, SENTINEL_FACTORY):
+        missing.append(
+            f"OPTIONS['CONNECTION_FACTORY'] (or DJANGO_REDIS_CONNECTION_FACTORY) "
+            f"= {SENTINEL_FACTORY!r}"
+        )
+    sentinels = options.get("SENTINELS")
+    if not isinstance(sentinels, list | tuple) or not sentinels:
+        missing.append("OPTIONS['SENTINELS'] = [(host, port), ...]")
+    if not missing:
+        return None
+    return Error(
+        f"Cache {alias!r} uses {SENTINEL_CLIENT} but lacks {' and '.join(missing)}.",
+        hint="See the Sentinel section of the scale-out docs.",
+        id=_check_id("E021"),
+    )
+
+
+def _is_subclass_path(path: object, base: str) -> bool:
+    if not isinstance(path, str) or not path:
+        return False
+    from django.utils.module_loading import import_string
+
+    try:
+        return issubclass(import_string(path), import_string(base))
+    except (ImportError, TypeError):
+        return False

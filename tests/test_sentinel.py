@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_redislock import AsyncLock, Lock, LockLostError
@@ -80,3 +81,42 @@ async def _async_round() -> tuple[int | None, bool]:
     async with lock:
         busy = await AsyncLock("async").acquire(blocking=False)
         return lock.fencing_token, busy
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        ({"SENTINELS": [("127.0.0.1", 26379)]}, "CONNECTION_FACTORY"),
+        ({"CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory"}, "SENTINELS"),
+    ],
+)
+def test_system_check_reports_an_incomplete_sentinel_cache(
+    options: dict[str, object], problem: str
+) -> None:
+    caches = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://mymaster/0",
+            "OPTIONS": {"CLIENT_CLASS": "django_redis.client.SentinelClient", **options},
+        }
+    }
+    with override_settings(CACHES=caches):
+        errors = [m for m in run_checks() if m.id == "django_redislock.E021"]
+    assert len(errors) == 1
+    assert problem in errors[0].msg
+
+
+def test_system_check_accepts_a_complete_sentinel_cache() -> None:
+    cache = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": "redis://mymaster/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.SentinelClient",
+            "SENTINELS": [("127.0.0.1", 26379)],  # checks never connect
+        },
+    }
+    with override_settings(
+        CACHES={"default": cache},
+        DJANGO_REDIS_CONNECTION_FACTORY="django_redis.pool.SentinelConnectionFactory",
+    ):
+        assert not [m for m in run_checks() if m.id == "django_redislock.E021"]
