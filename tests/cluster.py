@@ -10,6 +10,7 @@ The fixtures are a pytest plugin (``conftest.py`` lists this module in
   by ``cluster_settings``.
 - ``cluster_settings``: points the ``default`` cache (and so every primitive)
   at that cluster through ``django_redislock.cluster.ClusterClient``.
+- ``topology``: parametrizes a test over ``single`` and ``cluster``.
 - ``sentinel_group``: a primary, a replica and three sentinels with short
   failure-detection times, for failover tests.
 - ``redlock_servers`` (module): five independent servers and cache aliases
@@ -153,6 +154,25 @@ def cluster_settings(redis_cluster: RedisClusterNodes) -> Iterator[RedisClusterN
     }
     with override_settings(CACHES=caches):
         yield redis_cluster
+
+
+@pytest.fixture(params=["single", "cluster"])
+def topology(request: pytest.FixtureRequest) -> str:
+    """Run a test twice: on the session's single server, then on the cluster.
+
+    Add it to any primitive test's arguments (``def test_x(topology): ...``);
+    the cluster run is marked ``scaleout`` by ``pytest_collection_modifyitems``.
+    """
+    if request.param == "cluster":
+        request.getfixturevalue("cluster_settings")
+    return str(request.param)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("topology") == "cluster":
+            item.add_marker(pytest.mark.scaleout)
 
 
 # --- Sentinel ------------------------------------------------------------------------------

@@ -139,7 +139,8 @@ def test_waiter_is_woken_by_release_on_the_slot_node(cluster_settings: RedisClus
         assert got[0] - released < 1.0
 
 
-def test_fencing_tokens_increase_on_the_cluster(cluster_settings: RedisClusterNodes) -> None:
+def test_fencing_tokens_increase(topology: str) -> None:
+    """Also an example of ``topology``: runs on one server, then on the cluster."""
     tokens = []
     for _ in range(5):
         with Lock("fence{x}") as lock:

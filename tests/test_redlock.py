@@ -248,13 +248,13 @@ def test_configuration_errors(redlock_servers: RedlockServers) -> None:
 def test_processes_never_lose_an_update(
     redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Four OS processes read-modify-write one counter under the Redlock."""
+    """Three OS processes read-modify-write one counter under the Redlock."""
     urls = ",".join(s.url for s in redlock_servers.servers)
     monkeypatch.setenv("REDISLOCK_TEST_REDLOCK_URLS", urls)
-    with processes(_spawned_count, [("procs", 25, "counter")] * 4):
+    with processes(_spawned_count, [("procs", 25, "counter")] * 3):
         pass
     with redlock_servers.servers[0].client() as client:
-        assert int(client.get("counter") or 0) == 100
+        assert int(client.get("counter") or 0) == 75
 
 
 def _spawned_count(name: str, rounds: int, key: str) -> None:
