@@ -303,7 +303,7 @@ def run_on_all(
             results[index] = _run_one(client, script, keys, args)
             continue
         try:
-            conn: Any = pool.get_connection()
+            conn: Any = _pool_connection(pool)
         except BACKEND_ERRORS as exc:
             results[index] = exc
             continue
@@ -334,6 +334,13 @@ def run_on_all(
         if retry:  # first use of the script on this server
             results[index] = _run_one(client, script, keys, args)
     return results
+
+
+def _pool_connection(pool: Any) -> Any:
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py < 5.3 requires a command name
+        return pool.get_connection("EVALSHA")
 
 
 def _run_one(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
