@@ -276,9 +276,13 @@ class Redlock:
         delay = RETRY_MIN
         while True:
             started = time.monotonic()
-            results = backend.run_on_all(
-                clients, LOCK_ACQUIRE, keys, args, timeout=lease - allowance
-            )
+            try:
+                results = backend.run_on_all(
+                    clients, LOCK_ACQUIRE, keys, args, timeout=lease - allowance
+                )
+            except BaseException:  # interrupted mid-way: undo wherever it may have landed
+                self._release_quietly(clients, keys, token, [None] * len(clients))
+                raise
             granted = [r[1] for r in results if isinstance(r, list) and r[0] == 1]
             validity = lease - (time.monotonic() - started) - allowance
             if len(granted) >= needed and validity > 0:
@@ -340,16 +344,19 @@ class Redlock:
     def _release_quietly(
         self, clients: list[Any], keys: list[str], token: str, results: list[Any]
     ) -> None:
-        """Undo a failed attempt wherever it may have been granted."""
+        """Undo a failed attempt wherever it may have been granted (``None``: unknown)."""
         touched = [
             c
             for c, r in zip(clients, results, strict=True)
-            if isinstance(r, BaseException) or (isinstance(r, list) and r[0] == 1)
+            if r is None or isinstance(r, BaseException) or (isinstance(r, list) and r[0] == 1)
         ]
         if touched:
-            backend.run_on_all(
-                touched, LOCK_RELEASE, [keys[0], keys[2], keys[3]], [token, ""], timeout=1.0
-            )
+            try:
+                backend.run_on_all(
+                    touched, LOCK_RELEASE, [keys[0], keys[2], keys[3]], [token, ""], timeout=1.0
+                )
+            except Exception as exc:  # best effort: the leases run out by themselves
+                logger.debug("Could not undo a failed attempt on %r: %s", self.name, exc)
 
     # fencing ------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -17,9 +18,11 @@ from django_redislock import (
     LockTimeout,
     Redlock,
 )
+from django_redislock import backend as lock_backend
 from django_redislock import signals as lock_signals
 from django_redislock.locks import parse_lock_value
 from django_redislock.redlock import drift, quorum
+from django_redislock.scripts import LOCK_ACQUIRE
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
 from tests.procs import processes
 from tests.settings import redis_cache
@@ -273,3 +276,24 @@ def _spawned_count(name: str, rounds: int, key: str) -> None:
             value = int(counter.get(key) or 0)
             time.sleep(0.001)
             counter.set(key, value + 1)
+
+
+def test_interrupted_acquire_leaves_nothing_held(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the servers granted it, before the holder knew: all undone."""
+    real = lock_backend.run_on_all
+    interrupted: list[bool] = []
+
+    def run_then_interrupt(*args: Any, **kwargs: Any) -> list[Any]:
+        results = real(*args, **kwargs)
+        if args[1] is LOCK_ACQUIRE and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return results
+
+    monkeypatch.setattr(lock_backend, "run_on_all", run_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        Redlock("interrupted").acquire()
+    assert interrupted
+    assert holders(redlock_servers, "interrupted") == [None] * 5
