@@ -19,6 +19,7 @@ from .exceptions import (
 from .fencing import FenceField, fenced_update
 from .locks import Lock
 from .multilock import MultiLock
+from .redlock import Redlock
 from .rwlock import ReadWriteLock
 from .semaphores import Semaphore
 
@@ -34,6 +35,7 @@ __all__ = [
     "LockTimeout",
     "MultiLock",
     "ReadWriteLock",
+    "Redlock",
     "Semaphore",
     "fenced_update",
     "require_lock",

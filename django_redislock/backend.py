@@ -16,19 +16,24 @@ import asyncio
 import contextlib
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 import redis.asyncio
 import redis.asyncio.connection
+import redis.cluster
 import redis.connection
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from .exceptions import LockBackendError
+
+if TYPE_CHECKING:
+    from .scripts import Script
 
 #: The longest a single blocking Redis command may wait when the connection has
 #: no socket timeout; waits longer than this are split, which is also the
@@ -140,6 +145,8 @@ def _client_for(alias: str) -> Any:
 def wait_chunk(client: Any) -> float:
     """The longest one blocking command may wait on this client's connections."""
     pool = getattr(client, "connection_pool", None)
+    if isinstance(client, redis.cluster.RedisCluster):
+        pool = client.nodes_manager  # holds the connection kwargs of every node
     kwargs = getattr(pool, "connection_kwargs", None) or {}
     socket_timeout = kwargs.get("socket_timeout")
     if not socket_timeout:
@@ -177,7 +184,16 @@ async def translate_errors_async(name: str) -> AsyncIterator[None]:
 
 
 def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]:
-    """Every key matching ``match``, by SCAN in batches (never KEYS)."""
+    """Every key matching ``match``, by SCAN in batches (never KEYS).
+
+    On a Redis Cluster every primary is scanned in turn: each holds only the
+    keys of its own slots.
+    """
+    if isinstance(client, redis.cluster.RedisCluster):
+        cluster: Any = client  # partly untyped in redis-py
+        for node in cluster.get_primaries():
+            yield from scan(cluster.get_redis_connection(node), match, count=count)
+        return
     cursor: int = 0
     while True:
         cursor, batch = client.scan(cursor=cursor, match=match, count=count)
@@ -217,7 +233,9 @@ class _AsyncClients:
         )
 
     def get(self, sync_client: Any) -> Any | None:
-        pool = sync_client.connection_pool
+        pool = getattr(sync_client, "connection_pool", None)
+        if pool is None:  # Redis Cluster: a pool per node, no asyncio mirror here
+            return None
         loop = asyncio.get_running_loop()
         with self._lock:
             per_loop = self._by_loop.setdefault(loop, {})
@@ -261,3 +279,78 @@ def get_async_client(sync_client: Any) -> Any | None:
     synchronous client in a worker thread.
     """
     return _async_clients.get(sync_client)
+
+
+# --- one script on several independent servers at once (Redlock) -------------
+
+
+def run_on_all(
+    clients: list[Any],
+    script: Script,
+    keys: list[str],
+    args: list[Any],
+    *,
+    timeout: float | None,
+) -> list[Any]:
+    """Run ``script`` on every client concurrently; one result or exception each.
+
+    The request is written to every server before any reply is read, so N
+    servers cost about one round trip, without threads. A reply that has not
+    arrived ``timeout`` seconds after the requests were sent counts as a
+    ``redis.TimeoutError`` (its connection is dropped, so a late reply can never
+    be read as the answer to a later command). Clients without a plain
+    connection pool (Sentinel, Cluster) are called one after the other.
+    """
+    results: list[Any] = [None] * len(clients)
+    pending: list[tuple[int, Any, Any, Any]] = []
+    for index, client in enumerate(clients):
+        pool = getattr(client, "connection_pool", None)
+        if type(pool) is not redis.connection.ConnectionPool:
+            results[index] = _run_one(client, script, keys, args)
+            continue
+        try:
+            conn: Any = _pool_connection(pool)
+        except BACKEND_ERRORS as exc:
+            results[index] = exc
+            continue
+        try:
+            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except BACKEND_ERRORS as exc:
+            conn.disconnect()
+            pool.release(conn)
+            results[index] = exc
+            continue
+        pending.append((index, client, pool, conn))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for index, client, pool, conn in pending:
+        retry = False
+        try:
+            if deadline is not None and not conn.can_read(
+                timeout=max(0.0, deadline - time.monotonic())
+            ):
+                raise redis.TimeoutError(f"no reply within {timeout:.3f}s")
+            results[index] = conn.read_response()
+        except NoScriptError:
+            retry = True
+        except BACKEND_ERRORS as exc:
+            conn.disconnect()
+            results[index] = exc
+        finally:
+            pool.release(conn)
+        if retry:  # first use of the script on this server
+            results[index] = _run_one(client, script, keys, args)
+    return results
+
+
+def _pool_connection(pool: Any) -> Any:
+    try:
+        return pool.get_connection()
+    except TypeError:  # redis-py < 5.3 requires a command name
+        return pool.get_connection("EVALSHA")
+
+
+def _run_one(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
+    try:
+        return script(client, keys, args)
+    except BACKEND_ERRORS as exc:
+        return exc

@@ -17,6 +17,9 @@ REDIS_BACKENDS = (
     "django_redis.cache.RedisCache",
     "django.core.cache.backends.redis.RedisCache",
 )
+CLUSTER_CLIENT = "django_redislock.cluster.ClusterClient"
+SENTINEL_CLIENT = "django_redis.client.SentinelClient"
+SENTINEL_FACTORY = "django_redis.pool.SentinelConnectionFactory"
 
 
 def _check_id(suffix: str) -> str:
@@ -37,6 +40,27 @@ def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
             f"{setting} names cache {alias!r}, whose BACKEND {backend!r} is not Redis.",
             hint="Use django_redis.cache.RedisCache (or a subclass) for this cache.",
             id=_check_id("E004"),
+        )
+    return _cluster_problem(alias, caches[alias]) or _sentinel_problem(alias, caches[alias])
+
+
+def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:
+    """A cache using ``ClusterClient`` must list usable cluster startup nodes."""
+    options = config.get("OPTIONS") or {}
+    if options.get("CLIENT_CLASS") != CLUSTER_CLIENT:
+        return None
+    from django.core.exceptions import ImproperlyConfigured
+
+    from .cluster import cluster_kwargs, parse_startup_nodes
+
+    try:
+        parse_startup_nodes(config.get("LOCATION") or [])
+        cluster_kwargs(config.get("LOCATION") or [""], options)
+    except ImproperlyConfigured as exc:
+        return Error(
+            f"Cache {alias!r} uses {CLUSTER_CLIENT}: {exc}",
+            hint='LOCATION must list cluster nodes, e.g. ["redis://10.0.0.1:7000"].',
+            id=_check_id("E020"),
         )
     return None
 
@@ -88,3 +112,44 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     return messages
+
+
+def _sentinel_problem(alias: str, config: Any) -> CheckMessage | None:
+    """django-redis's SentinelClient needs the Sentinel factory and SENTINELS.
+
+    Without them it fails at the first lock, in production, with an error
+    that does not name the missing setting.
+    """
+    options = config.get("OPTIONS") or {}
+    if options.get("CLIENT_CLASS") != SENTINEL_CLIENT:
+        return None
+    factory = options.get("CONNECTION_FACTORY") or getattr(
+        settings, "DJANGO_REDIS_CONNECTION_FACTORY", None
+    )
+    missing = []
+    if factory != SENTINEL_FACTORY and not _is_subclass_path(factory, SENTINEL_FACTORY):
+        missing.append(
+            f"OPTIONS['CONNECTION_FACTORY'] (or DJANGO_REDIS_CONNECTION_FACTORY) "
+            f"= {SENTINEL_FACTORY!r}"
+        )
+    sentinels = options.get("SENTINELS")
+    if not isinstance(sentinels, list | tuple) or not sentinels:
+        missing.append("OPTIONS['SENTINELS'] = [(host, port), ...]")
+    if not missing:
+        return None
+    return Error(
+        f"Cache {alias!r} uses {SENTINEL_CLIENT} but lacks {' and '.join(missing)}.",
+        hint="See the Sentinel section of the scale-out docs.",
+        id=_check_id("E021"),
+    )
+
+
+def _is_subclass_path(path: object, base: str) -> bool:
+    if not isinstance(path, str) or not path:
+        return False
+    from django.utils.module_loading import import_string
+
+    try:
+        return issubclass(import_string(path), import_string(base))
+    except (ImportError, TypeError):
+        return False

@@ -17,6 +17,9 @@ import redis
 
 from tests.servers import REDIS_SERVER, FakeTcpRedis, RedisServer
 
+#: Multi-node fixtures (Cluster, Sentinel, Redlock servers) for the scale-out tests.
+pytest_plugins = ["tests.cluster"]
+
 _session: dict[str, Any] = {}
 
 

@@ -1,0 +1,299 @@
+"""Redlock on five real, independent redis-server processes, some stopped mid-test."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_redislock import (
+    Lock,
+    LockBackendError,
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeout,
+    Redlock,
+)
+from django_redislock import backend as lock_backend
+from django_redislock import signals as lock_signals
+from django_redislock.locks import parse_lock_value
+from django_redislock.redlock import drift, quorum
+from django_redislock.scripts import LOCK_ACQUIRE
+from tests.cluster import REDLOCK_ALIASES, RedlockServers
+from tests.procs import processes
+from tests.settings import redis_cache
+from tests.signals_helper import capture
+
+pytestmark = pytest.mark.scaleout
+
+KEY = "redislock:{{{}}}:redlock"
+
+
+def holders(servers: RedlockServers, name: str) -> list[str | None]:
+    """The token holding ``name`` on each running server (``None``: free or down)."""
+    tokens: list[str | None] = []
+    for server in servers.servers:
+        if server.process is None or server.process.poll() is not None:
+            tokens.append(None)
+            continue
+        with server.client() as client:
+            state = parse_lock_value(client.get(KEY.format(name)))
+        tokens.append(state.token if state else None)
+    return tokens
+
+
+def test_quorum_and_drift() -> None:
+    assert [quorum(n) for n in (3, 4, 5)] == [2, 3, 3]
+    assert drift(10.0) == pytest.approx(0.102)
+
+
+def test_acquire_writes_every_server_and_release_clears_them(
+    redlock_servers: RedlockServers,
+) -> None:
+    lock = Redlock("order:1")
+    assert lock.acquire()
+    tokens = holders(redlock_servers, "order:1")
+    assert len(set(tokens)) == 1
+    assert tokens[0] is not None
+    assert lock.locked()
+    assert lock.owned()
+    ttl = lock.ttl()
+    assert ttl is not None
+    assert 0 < ttl <= 30
+    lock.release()
+    assert holders(redlock_servers, "order:1") == [None] * 5
+    assert not lock.locked()
+    assert lock.ttl() is None
+
+
+def test_contention_refuses_then_succeeds_after_release(redlock_servers: RedlockServers) -> None:
+    first, second = Redlock("x"), Redlock("x")
+    assert first.acquire()
+    assert second.acquire(blocking=False) is False
+    assert not second.owned()
+    # A refused attempt leaves nothing behind on any server.
+    assert set(holders(redlock_servers, "x")) == {holders(redlock_servers, "x")[0]}
+    with pytest.raises(LockTimeout) as info, Redlock("x", blocking_timeout=0.05):
+        pass
+    assert info.value.retry_after is not None
+    assert 0 < info.value.retry_after <= 30
+    first.release()
+    assert second.acquire(blocking=False)
+    second.release()
+
+
+def test_waiter_gets_the_lock_soon_after_release(redlock_servers: RedlockServers) -> None:
+    holder = Redlock("w")
+    holder.acquire()
+    waited: list[float] = []
+    released = threading.Event()
+
+    def wait() -> None:
+        lock = Redlock("w", blocking_timeout=10)
+        assert lock.acquire()
+        waited.append(time.monotonic())
+        lock.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    time.sleep(0.1)  # let the waiter fail its first attempts
+    released_at = time.monotonic()
+    holder.release()
+    released.set()
+    thread.join(15)
+    assert waited
+    assert waited[0] - released_at < 1.0  # polling back-off is capped at RETRY_MAX
+
+
+def test_minority_holding_does_not_count(redlock_servers: RedlockServers) -> None:
+    """Two of five servers held by someone else: still a majority of three."""
+    for server in redlock_servers.servers[:2]:
+        with server.client() as client:
+            client.set(KEY.format("m"), "ff:0:1:1:30000:0:intruder", px=30000)
+    lock = Redlock("m")
+    assert lock.acquire(blocking=False)
+    lock.release()
+    for index, server in enumerate(redlock_servers.servers):
+        with server.client() as client:
+            client.delete(KEY.format("m"))
+            if index >= 2:
+                client.set(KEY.format("m"), "ff:0:1:1:30000:0:intruder", px=30000)
+    assert Redlock("m").acquire(blocking=False) is False
+    # The failed attempt released what it had been granted on the two free servers.
+    assert holders(redlock_servers, "m")[:2] == [None, None]
+
+
+def test_reentrant_and_not_owned_errors(redlock_servers: RedlockServers) -> None:
+    lock = Redlock("r")
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    with lock:
+        with lock:
+            assert lock.owned()
+        assert lock.owned()
+    assert not lock.locked()
+    with pytest.raises(LockNotOwnedError):
+        lock.extend()
+
+
+def test_one_server_down_still_works(redlock_servers: RedlockServers) -> None:
+    redlock_servers.servers[0].kill()
+    lock = Redlock("one-down")
+    assert lock.acquire(blocking=False)
+    assert Redlock("one-down").acquire(blocking=False) is False
+    lock.extend(20)
+    assert lock.fencing_token is not None
+    lock.release()
+
+
+def test_majority_down_is_a_clear_backend_error(redlock_servers: RedlockServers) -> None:
+    for server in redlock_servers.servers[:3]:
+        server.kill()
+    with pytest.raises(LockBackendError, match=r"only 2 of 5 Redis servers answered") as info:
+        Redlock("down").acquire()
+    assert info.value.__cause__ is not None
+    assert holders(redlock_servers, "down") == [None] * 5
+
+
+def test_servers_stopped_while_held(redlock_servers: RedlockServers) -> None:
+    """A holder keeps its lock through the loss of a minority and is told on a majority."""
+    lock = Redlock("mid", timeout=1.0)
+    with capture(lock_signals.lock_lost) as lost:
+        lock.acquire()
+        redlock_servers.servers[0].kill()
+        redlock_servers.servers[1].kill()
+        lock.extend()  # three of five still answer
+        assert lock.owned()
+        redlock_servers.servers[2].kill()
+        with pytest.raises(LockBackendError):
+            lock.extend()
+        # The watchdog cannot renew on a majority before the lease ends: lost.
+        deadline = time.monotonic() + 5
+        while not lost and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lost
+        assert lost[0]["kind"] == "redlock"
+        with pytest.raises(LockLostError):
+            lock.release()
+
+
+def test_watchdog_keeps_a_short_lease_alive(redlock_servers: RedlockServers) -> None:
+    lock = Redlock("long", timeout=0.5)
+    with lock:
+        time.sleep(1.5)
+        assert lock.owned()
+        assert Redlock("long").acquire(blocking=False) is False
+
+
+def test_lease_lost_without_watchdog_is_reported(redlock_servers: RedlockServers) -> None:
+    lock = Redlock("expire", timeout=0.2, auto_renew=False)
+    with pytest.raises(LockLostError), lock:
+        time.sleep(0.4)
+        other = Redlock("expire")
+        assert other.acquire(blocking=False)
+        other.release()
+
+
+def test_fencing_tokens_increase_across_holders_and_restarts(
+    redlock_servers: RedlockServers,
+) -> None:
+    tokens = []
+    for round_ in range(4):
+        lock = Redlock("fence")
+        with lock:
+            token = lock.fencing_token
+            assert token is not None
+            assert lock.fencing_token == token  # cached: read once
+            tokens.append(token)
+        if round_ == 1:  # a server restarts empty: the clock floor keeps the order
+            redlock_servers.servers[4].kill()
+            redlock_servers.servers[4].start()
+    assert tokens == sorted(tokens)
+    assert len(set(tokens)) == len(tokens)
+
+
+def test_fencing_token_of_a_lost_lock_is_refused(redlock_servers: RedlockServers) -> None:
+    lock = Redlock("lost-fence", auto_renew=False)
+    lock.acquire()
+    for server in redlock_servers.servers[:3]:
+        with server.client() as client:
+            client.delete(KEY.format("lost-fence"))
+    with pytest.raises(LockLostError):
+        _ = lock.fencing_token
+    with pytest.raises(LockLostError):
+        lock.release()
+
+
+def test_does_not_collide_with_a_lock_of_the_same_name(redlock_servers: RedlockServers) -> None:
+    with override_settings(REDISLOCK={"REDLOCK": REDLOCK_ALIASES, "CACHE": "redlock0"}):
+        with Lock("same"), Redlock("same"):
+            pass
+
+
+def test_configuration_errors(redlock_servers: RedlockServers) -> None:
+    with override_settings(REDISLOCK={}), pytest.raises(ImproperlyConfigured, match="at least 3"):
+        Redlock("c").acquire()
+    with pytest.raises(ValueError, match="at least 3 distinct"):
+        Redlock("c", using=["redlock0", "redlock0", "redlock1"])
+    with pytest.raises(TypeError, match="list of cache aliases"):
+        Redlock("c", using="redlock0")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="name must not be empty"):
+        Redlock("")
+    with pytest.raises(ValueError, match="timeout"):
+        Redlock("c", timeout=float("nan"))
+    assert Redlock("c", using=REDLOCK_ALIASES[:3]).acquire()
+
+
+def test_processes_never_lose_an_update(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three OS processes read-modify-write one counter under the Redlock."""
+    urls = ",".join(s.url for s in redlock_servers.servers)
+    monkeypatch.setenv("REDISLOCK_TEST_REDLOCK_URLS", urls)
+    with processes(_spawned_count, [("procs", 25, "counter")] * 3):
+        pass
+    with redlock_servers.servers[0].client() as client:
+        assert int(client.get("counter") or 0) == 75
+
+
+def _spawned_count(name: str, rounds: int, key: str) -> None:
+    """Entry point in a spawned worker: name the five servers, then count."""
+    import os
+
+    import redis as redis_module
+    from django.conf import settings
+
+    urls = os.environ["REDISLOCK_TEST_REDLOCK_URLS"].split(",")
+    for alias, url in zip(REDLOCK_ALIASES, urls, strict=True):
+        settings.CACHES[alias] = redis_cache(url)
+    counter = redis_module.Redis.from_url(urls[0])
+    for _ in range(rounds):
+        with Redlock(name, blocking_timeout=30, using=REDLOCK_ALIASES):
+            value = int(counter.get(key) or 0)
+            time.sleep(0.001)
+            counter.set(key, value + 1)
+
+
+def test_interrupted_acquire_leaves_nothing_held(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the servers granted it, before the holder knew: all undone."""
+    real = lock_backend.run_on_all
+    interrupted: list[bool] = []
+
+    def run_then_interrupt(*args: Any, **kwargs: Any) -> list[Any]:
+        results = real(*args, **kwargs)
+        if args[1] is LOCK_ACQUIRE and not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt
+        return results
+
+    monkeypatch.setattr(lock_backend, "run_on_all", run_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        Redlock("interrupted").acquire()
+    assert interrupted
+    assert holders(redlock_servers, "interrupted") == [None] * 5
