@@ -11,7 +11,7 @@ Listing uses SCAN (never KEYS) with ``MATCH <prefix>:{*}:<main part>``.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -76,14 +76,24 @@ class LockKind:
     main_part = "lock"
 
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
+        return self.describe_many(client, prefix, [name])[0]
+
+    def describe_many(
+        self, client: Any, prefix: str, names: Sequence[str]
+    ) -> list[HeldInfo | None]:
+        """``describe`` for many names in one pipelined round trip of O(1) commands."""
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            key = backend.key(prefix, name, "lock")
+            pipe.get(key)
+            pipe.pttl(key)
+            pipe.zcard(backend.key(prefix, name, "queue"))
+        replies = pipe.execute()
+        return [self._info(name, *replies[3 * i : 3 * i + 3]) for i, name in enumerate(names)]
+
+    def _info(self, name: str, value: Any, pttl: int, waiters: int) -> HeldInfo | None:
         from .locks import parse_lock_value
 
-        key = backend.key(prefix, name, "lock")
-        pipe = client.pipeline(transaction=False)
-        pipe.get(key)
-        pipe.pttl(key)
-        pipe.zcard(backend.key(prefix, name, "queue"))
-        value, pttl, waiters = pipe.execute()
         state = parse_lock_value(value)
         if state is None:
             return None
@@ -103,7 +113,18 @@ class LockKind:
         )
 
     def clear(self, client: Any, prefix: str, name: str) -> int:
-        return int(client.delete(backend.key(prefix, name, "lock")))
+        """Delete the lock and wake the first waiter, as a release would."""
+        return int(self.clear_many(client, prefix, [name])[0])
+
+    def clear_many(self, client: Any, prefix: str, names: Sequence[str]) -> list[int]:
+        from .scripts import CLEAR_LOCK
+
+        CLEAR_LOCK.ensure_loaded(client)
+        pipe = client.pipeline(transaction=False)
+        for name in names:
+            keys = [backend.key(prefix, name, part) for part in ("lock", "queue", "deadlines")]
+            CLEAR_LOCK.queue(pipe, keys, [backend.key(prefix, name, "signal:")])
+        return [int(n) for n in pipe.execute()]
 
 
 #: Every kind the tools know about; primitives add theirs here.
@@ -137,6 +158,45 @@ def held_names(
             yield name
 
 
+#: Names described per pipelined round trip: big enough to amortise the round
+#: trip, small enough that the pipeline's replies stay a few hundred KB.
+DESCRIBE_BATCH = 500
+
+
+def describe_many(
+    kind: Kind, client: Any, prefix: str, names: Sequence[str], *, batch: int = DESCRIBE_BATCH
+) -> Iterator[HeldInfo]:
+    """Describe ``names`` of ``kind``, pipelined in batches when the kind can.
+
+    A kind may offer ``describe_many(client, prefix, names)`` answering one
+    ``HeldInfo | None`` per name; kinds without it are described one by one.
+    Every command sent is O(1) or O(holders), so no single command blocks the
+    server however many names there are.
+    """
+    many = getattr(kind, "describe_many", None)
+    for start in range(0, len(names), batch):
+        chunk = names[start : start + batch]
+        infos = (
+            many(client, prefix, chunk)
+            if many
+            else [kind.describe(client, prefix, n) for n in chunk]
+        )
+        yield from (info for info in infos if info is not None)
+
+
+def clear_many(
+    kind: Kind, client: Any, prefix: str, names: Sequence[str], *, batch: int = DESCRIBE_BATCH
+) -> Iterator[tuple[str, int]]:
+    """Clear ``names`` of ``kind`` in batches; yields ``(name, holders released)``."""
+    many = getattr(kind, "clear_many", None)
+    for start in range(0, len(names), batch):
+        chunk = names[start : start + batch]
+        counts = (
+            many(client, prefix, chunk) if many else [kind.clear(client, prefix, n) for n in chunk]
+        )
+        yield from zip(chunk, counts, strict=True)
+
+
 def list_held(
     client: Any,
     prefix: str,
@@ -147,10 +207,8 @@ def list_held(
     """Every held primitive, sorted by (name, kind)."""
     found: list[HeldInfo] = []
     for kind in kinds(selected):
-        for name in sorted(set(held_names(client, prefix, kind, pattern))):
-            info = kind.describe(client, prefix, name)
-            if info is not None:
-                found.append(info)
+        names = sorted(set(held_names(client, prefix, kind, pattern)))
+        found.extend(describe_many(kind, client, prefix, names))
     found.sort(key=lambda info: (info.name, info.kind))
     return found
 
@@ -163,3 +221,22 @@ def describe(client: Any, prefix: str, name: str) -> list[HeldInfo]:
 def clear(client: Any, prefix: str, name: str) -> int:
     """Release every holder of ``name`` of every kind; returns how many were released."""
     return sum(kind.clear(client, prefix, name) for kind in KINDS)
+
+
+def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]]:
+    """The usage counters of each name (empty when counting is off or the name is idle)."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hgetall(backend.key(prefix, name, "stats"))
+    return [
+        {_text(k): int(v) for k, v in reply.items() if _text(k) in STAT_FIELDS}
+        for reply in pipe.execute()
+    ]
+
+
+#: Counters kept per name by the acquire scripts (see ``scripts/_stats.lua``).
+STAT_FIELDS = ("acquired", "contended", "lost", "wait_ms")
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -42,6 +42,16 @@ class Script:
             client.script_load(self.text)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
+    def ensure_loaded(self, client: Any) -> None:
+        """Load the script unless the server has it; for pipelines, which cannot
+        recover from ``NOSCRIPT`` half-way."""
+        if not client.script_exists(self.sha)[0]:
+            client.script_load(self.text)
+
+    def queue(self, pipe: Any, keys: list[str] | tuple[str, ...], args: list[Any]) -> None:
+        """Add a run to ``pipe``; call ``ensure_loaded`` on the client first."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
     async def run_async(
         self, client: Any, keys: list[str] | tuple[str, ...], args: list[Any]
     ) -> Any:
@@ -59,3 +69,4 @@ LOCK_ACQUIRE = Script("lock_acquire.lua")
 LOCK_RELEASE = Script("lock_release.lua")
 LOCK_EXTEND = Script("lock_extend.lua")
 QUEUE_CANCEL = Script("queue_cancel.lua")
+CLEAR_LOCK = Script("clear_lock.lua")
