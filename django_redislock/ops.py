@@ -97,3 +97,59 @@ def info_data(info: HeldInfo, counters: dict[str, int] | None = None) -> dict[st
     if counters is not None:
         data["counters"] = counters
     return data
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a glob matching only itself (``fnmatch`` has no escape character)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+class Page:
+    """One page of held primitives, for the dashboard.
+
+    Only names are collected for every held primitive (SCAN, cheap); the
+    full description and counters are fetched for the page shown, so a
+    dashboard over thousands of locks stays fast.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        prefix: str,
+        *,
+        query: str = "",
+        number: int = 1,
+        per_page: int = 100,
+        counters: bool = True,
+    ) -> None:
+        pattern = f"*{glob_escape(query)}*" if query else None
+        entries = sorted(
+            {
+                (name, kind.kind)
+                for kind in inspection.kinds()
+                for name in inspection.held_names(client, prefix, kind, pattern)
+            }
+        )
+        self.count = len(entries)
+        self.per_page = per_page
+        self.pages = max(1, -(-self.count // per_page))
+        self.number = min(max(1, number), self.pages)
+        shown = entries[(self.number - 1) * per_page : self.number * per_page]
+        by_kind: dict[str, list[str]] = {}
+        for name, kind_name in shown:
+            by_kind.setdefault(kind_name, []).append(name)
+        infos = [
+            info
+            for kind in inspection.kinds(by_kind)
+            for info in inspection.describe_many(kind, client, prefix, by_kind[kind.kind])
+        ]
+        infos.sort(key=lambda info: (info.name, info.kind))
+        self.infos = infos
+        names = [info.name for info in infos]
+        self.counters = inspection.stats(client, prefix, names) if counters else [{} for _ in names]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [
+            info_data(info, counters)
+            for info, counters in zip(self.infos, self.counters, strict=True)
+        ]
