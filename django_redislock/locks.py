@@ -28,6 +28,7 @@ from typing import Any
 from . import backend, signals
 from .base import (
     FENCE_MEMORY_MS,
+    STATS_MEMORY_MS,
     WAITER_GRACE_MS,
     Holding,
     Primitive,
@@ -36,6 +37,7 @@ from .base import (
     new_token,
     wait_seconds,
 )
+from .conf import get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
 from .watchdog import watchdog
@@ -85,7 +87,7 @@ class LockBase(Primitive):
     """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
 
     kind = "lock"
-    parts = ("lock", "fence", "queue", "deadlines")
+    parts = ("lock", "fence", "queue", "deadlines", "stats")
 
     def _acquire_args(
         self, token: str, lease_ms: int, mode: str, waiter_ttl_ms: int, sigprefix: str
@@ -99,7 +101,14 @@ class LockBase(Primitive):
             holder_description(),
             FENCE_MEMORY_MS,
             int(time.time() * 1000),
+            STATS_MEMORY_MS if get_settings().stats else 0,
+            -1,  # waited_ms: first attempt; see _waited
         ]
+
+    @staticmethod
+    def _waited(args: list[Any], begun: float) -> None:
+        """Tell the next attempt how long this acquire has waited, for the counters."""
+        args[9] = int((time.monotonic() - begun) * 1000)
 
     def _new_holding(
         self,
@@ -123,6 +132,7 @@ class LockBase(Primitive):
             renew_script=LOCK_EXTEND,
             keys=[keys[0], keys[2], keys[3]],
             sigprefix=sigprefix,
+            stats_key=keys[4] if get_settings().stats else None,
         )
 
     def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
@@ -272,6 +282,7 @@ class Lock(LockBase):
                     self._give_up(client, keys, sigprefix, token, queued, begun)
                     return int(value)
                 client.blpop([signal_key], timeout=wait_seconds(value, chunk, deadline))
+                self._waited(args, begun)
         except BaseException as exc:
             if queued:
                 self._leave_queue_quietly(client, keys, sigprefix, token)

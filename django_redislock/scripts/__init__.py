@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-_PRELUDES = ("_lock_value.lua", "_queue.lua")
+_PRELUDES = ("_lock_value.lua", "_queue.lua", "_stats.lua")
 
 
 def _read(filename: str) -> str:
