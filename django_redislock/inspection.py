@@ -13,9 +13,12 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from . import backend
+
+if TYPE_CHECKING:
+    from .locks import LockState
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,11 @@ def _waiters(client: Any, prefix: str, name: str) -> int:
     return int(client.zcard(backend.key(prefix, name, "queue")))
 
 
+#: Names one operator script call reads or clears: about 0.1 ms of server time,
+#: so a listing or a mass clear never blocks other clients noticeably.
+SCRIPT_BATCH = 100
+
+
 class LockKind:
     kind = "lock"
     main_part = "lock"
@@ -81,20 +89,40 @@ class LockKind:
     def describe_many(
         self, client: Any, prefix: str, names: Sequence[str]
     ) -> list[HeldInfo | None]:
-        """``describe`` for many names in one pipelined round trip of O(1) commands."""
-        pipe = client.pipeline(transaction=False)
-        for name in names:
-            key = backend.key(prefix, name, "lock")
-            pipe.get(key)
-            pipe.pttl(key)
-            pipe.zcard(backend.key(prefix, name, "queue"))
-        replies = pipe.execute()
-        return [self._info(name, *replies[3 * i : 3 * i + 3]) for i, name in enumerate(names)]
-
-    def _info(self, name: str, value: Any, pttl: int, waiters: int) -> HeldInfo | None:
+        """``describe`` for many names: GET and PTTL of every lock in one script
+        call per batch (pipelined per name on Cluster), then ZCARD only for the
+        few locks whose value says waiters may be queued. Each read is O(1) and
+        a batch is a few hundred names, so no command blocks the server."""
         from .locks import parse_lock_value
+        from .scripts import INSPECT_LOCKS
 
-        state = parse_lock_value(value)
+        keys = [backend.key(prefix, name, "lock") for name in names]
+        if backend.is_cluster(client):
+            pipe = client.pipeline(transaction=False)
+            for key in keys:
+                pipe.get(key)
+                pipe.pttl(key)
+            replies = pipe.execute()
+        else:  # a script call per SCRIPT_BATCH names: far less client work than 2 per name
+            INSPECT_LOCKS.ensure_loaded(client)
+            pipe = client.pipeline(transaction=False)
+            for start in range(0, len(keys), SCRIPT_BATCH):
+                INSPECT_LOCKS.queue(pipe, keys[start : start + SCRIPT_BATCH], [])
+            replies = [item for reply in pipe.execute() for item in reply]
+        states = [parse_lock_value(value) for value in replies[0::2]]
+        queued = [i for i, state in enumerate(states) if state is not None and state.waiters]
+        waiters = dict.fromkeys(range(len(names)), 0)
+        if queued:
+            pipe = client.pipeline(transaction=False)
+            for i in queued:
+                pipe.zcard(backend.key(prefix, names[i], "queue"))
+            waiters.update(zip(queued, pipe.execute(), strict=True))
+        return [
+            self._info(name, state, replies[2 * i + 1], waiters[i])
+            for i, (name, state) in enumerate(zip(names, states, strict=True))
+        ]
+
+    def _info(self, name: str, state: LockState | None, pttl: int, waiters: int) -> HeldInfo | None:
         if state is None:
             return None
         holder = HolderInfo(
@@ -120,11 +148,17 @@ class LockKind:
         from .scripts import CLEAR_LOCK
 
         CLEAR_LOCK.ensure_loaded(client)
+        per_call = 1 if backend.is_cluster(client) else SCRIPT_BATCH
         pipe = client.pipeline(transaction=False)
-        for name in names:
-            keys = [backend.key(prefix, name, part) for part in ("lock", "queue", "deadlines")]
-            CLEAR_LOCK.queue(pipe, keys, [backend.key(prefix, name, "signal:")])
-        return [int(n) for n in pipe.execute()]
+        for start in range(0, len(names), per_call):
+            chunk = names[start : start + per_call]
+            keys = [
+                backend.key(prefix, name, part)
+                for name in chunk
+                for part in ("lock", "queue", "deadlines")
+            ]
+            CLEAR_LOCK.queue(pipe, keys, [backend.key(prefix, n, "signal:") for n in chunk])
+        return [int(n) for reply in pipe.execute() for n in reply]
 
 
 #: Every kind the tools know about; primitives add theirs here.
