@@ -239,3 +239,24 @@ def test_unreachable_redis_from_the_shell_exits_1_without_traceback() -> None:
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("CommandError: Redis is unreachable")
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cluster_path_pipelines_per_name(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Redis Cluster one command cannot span slots: one name per command."""
+    from django_redislock import backend
+
+    monkeypatch.setattr(backend, "is_cluster", lambda client: True)
+    lockfill.fill(redis_client, 120)
+    lock = Lock("zz", auto_renew=False)
+    lock.acquire()
+    data = listed()
+    assert len(data) == 121
+    assert data[-1]["fencing_token"] == lock.fencing_token
+    redis_client.config_resetstat()
+    run("clear", "--all", "--noinput")
+    assert redis_client.info("commandstats")["cmdstat_evalsha"]["calls"] == 121
+    with pytest.raises(LockLostError):
+        lock.release()
+    assert listed() == []
