@@ -141,6 +141,7 @@ class AsyncLock(LockBase):
                     await conn.call(
                         "blpop", [signal_key], timeout=wait_seconds(value, chunk, deadline)
                     )
+                    self._waited(args, begun)
             except BaseException:
                 if queued:
                     await asyncio.shield(conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix]))

@@ -183,6 +183,13 @@ async def translate_errors_async(name: str) -> AsyncIterator[None]:
         yield
 
 
+def is_cluster(client: Any) -> bool:
+    """Whether ``client`` talks to a Redis Cluster (one command cannot span hash slots)."""
+    from redis.cluster import RedisCluster
+
+    return isinstance(client, RedisCluster)
+
+
 def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]:
     """Every key matching ``match``, by SCAN in batches (never KEYS).
 

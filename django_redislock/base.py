@@ -46,6 +46,8 @@ WAITER_GRACE_MS = 1000
 #: How long a name's fencing counter lives after it is (re)created. A new
 #: counter starts at the server clock in µs, so forgetting never goes backwards.
 FENCE_MEMORY_MS = 10_000
+#: How long a name's usage counters (``REDISLOCK['STATS']``) outlive their last update.
+STATS_MEMORY_MS = 86_400_000
 
 
 # --- argument checks ------------------------------------------------------------
@@ -142,6 +144,7 @@ class Holding:
         "renew_script",
         "sender",
         "sigprefix",
+        "stats_key",
         "token",
     )
 
@@ -159,8 +162,10 @@ class Holding:
         renew_script: Script,
         keys: list[str],
         sigprefix: str = "",
+        stats_key: str | None = None,
     ) -> None:
         self.sender = sender
+        self.stats_key = stats_key
         self.name = name
         self.kind = kind
         self.token = token
@@ -195,6 +200,7 @@ class Holding:
         if not self.active or self.lost is not None:
             return
         self.lost = reason
+        self._count_lost()
         signals.lock_lost.send(
             sender=self.sender,
             name=self.name,
@@ -202,6 +208,18 @@ class Holding:
             held=time.monotonic() - self.acquired_at,
             reason=reason,
         )
+
+    def _count_lost(self) -> None:
+        """Best effort, one round trip: a lost lease is rare and already a failure."""
+        if self.stats_key is None:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(self.stats_key, "lost", 1)
+            pipe.pexpire(self.stats_key, STATS_MEMORY_MS)
+            pipe.execute()
+        except backend.BACKEND_ERRORS:
+            pass
 
     def end(self) -> None:
         """Stop renewing; the holding is over, however it ended."""

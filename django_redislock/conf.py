@@ -23,6 +23,7 @@ DEFAULTS: dict[str, Any] = {
     "BLOCKING_TIMEOUT": 10.0,
     "AUTO_RENEW": True,
     "REDLOCK": [],
+    "STATS": True,
 }
 
 
@@ -34,6 +35,7 @@ class LockSettings:
     blocking_timeout: float | None
     auto_renew: bool
     redlock: tuple[str, ...]
+    stats: bool = True
 
 
 @dataclass(frozen=True)
@@ -135,6 +137,14 @@ def validate(raw: object) -> list[Problem]:
                 "A quorum of independent masters needs three or more; five is common.",
             )
         )
+    if not isinstance(merged["STATS"], bool):
+        problems.append(
+            Problem(
+                "E012",
+                f"REDISLOCK['STATS'] must be True or False, not {merged['STATS']!r}.",
+                "False turns the per-name usage counters off.",
+            )
+        )
     return problems
 
 
@@ -174,6 +184,7 @@ class _SettingsCache:
             blocking_timeout=None if blocking is None else float(blocking),
             auto_renew=merged["AUTO_RENEW"],
             redlock=tuple(merged["REDLOCK"]),
+            stats=merged["STATS"],
         )
         self._entry = (wrapped, value)  # one tuple, so readers never see a torn pair
         return value

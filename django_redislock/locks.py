@@ -27,6 +27,7 @@ from typing import Any
 from . import backend, signals
 from .base import (
     FENCE_MEMORY_MS,
+    STATS_MEMORY_MS,
     WAITER_GRACE_MS,
     Holding,
     Primitive,
@@ -35,6 +36,7 @@ from .base import (
     new_token,
     wait_turn,
 )
+from .conf import get_settings
 from .exceptions import LockLostError
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
 from .watchdog import watchdog
@@ -84,7 +86,7 @@ class LockBase(Primitive):
     """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
 
     kind = "lock"
-    parts = ("lock", "fence", "queue", "deadlines")
+    parts = ("lock", "fence", "queue", "deadlines", "stats")
 
     def _acquire_args(
         self, token: str, lease_ms: int, mode: str, waiter_ttl_ms: int, sigprefix: str
@@ -98,7 +100,14 @@ class LockBase(Primitive):
             holder_description(),
             FENCE_MEMORY_MS,
             int(time.time() * 1000),
+            STATS_MEMORY_MS if get_settings().stats else 0,
+            -1,  # waited_ms: first attempt; see _waited
         ]
+
+    @staticmethod
+    def _waited(args: list[Any], begun: float) -> None:
+        """Tell the next attempt how long this acquire has waited, for the counters."""
+        args[9] = int((time.monotonic() - begun) * 1000)
 
     def _new_holding(
         self,
@@ -122,6 +131,7 @@ class LockBase(Primitive):
             renew_script=LOCK_EXTEND,
             keys=[keys[0], keys[2], keys[3]],
             sigprefix=sigprefix,
+            stats_key=keys[4] if get_settings().stats else None,
         )
 
     def _after_release(self, holding: Holding, result: int) -> None:
@@ -229,8 +239,17 @@ class Lock(LockBase):
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
         args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix)
+        attempts = 0
+
+        def attempt() -> Any:
+            nonlocal attempts
+            if attempts:
+                self._waited(args, begun)
+            attempts += 1
+            return LOCK_ACQUIRE(client, keys, args)
+
         status, value, started, _ = wait_turn(
-            lambda: LOCK_ACQUIRE(client, keys, args),
+            attempt,
             lambda: self._leave_queue(client, keys, sigprefix, token),
             client=client,
             signal_key=sigprefix + token,

@@ -32,12 +32,13 @@ from django.core.exceptions import ValidationError
 from django.db import DEFAULT_DB_ALIAS, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
+from django.utils.translation import gettext_lazy as _
 
 from .exceptions import InsufficientStock, LockError, LockTimeout
 from .locks import Lock
 from .multilock import MultiLock
 
-__all__ = ["InsufficientStock", "InventoryMixin"]
+__all__ = ["HeldLock", "InsufficientStock", "InventoryMixin"]
 
 logger = logging.getLogger(__name__)
 
@@ -291,3 +292,25 @@ class InventoryMixin(models.Model):
             stock: int = manager.filter(pk=pk).values_list(field, flat=True).get()
         setattr(self, field, stock)
         return stock
+
+
+class HeldLock(models.Model):
+    """A held primitive, as shown by the admin dashboard; never stored.
+
+    Unmanaged, with no table: it exists so the dashboard has an entry in the
+    admin index and a ``release_lock`` permission that can be granted to staff
+    (its migration creates the permission row, not a table). Force-releases
+    are logged in the admin log against instances of it.
+    """
+
+    name = models.CharField(_("name"), max_length=1024, primary_key=True)
+
+    class Meta:
+        managed = False
+        default_permissions = ()
+        permissions = [("release_lock", _("Can force-release held locks"))]
+        verbose_name = _("held lock")
+        verbose_name_plural = _("held locks")
+
+    def __str__(self) -> str:
+        return self.name

@@ -12,7 +12,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-_PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua")
+_PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua", "_stats.lua")
 
 
 def _read(filename: str) -> str:
@@ -42,6 +42,16 @@ class Script:
             client.script_load(self.text)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
+    def ensure_loaded(self, client: Any) -> None:
+        """Load the script unless the server has it; for pipelines, which cannot
+        recover from ``NOSCRIPT`` half-way."""
+        if not client.script_exists(self.sha)[0]:
+            client.script_load(self.text)
+
+    def queue(self, pipe: Any, keys: list[str] | tuple[str, ...], args: list[Any]) -> None:
+        """Add a run to ``pipe``; call ``ensure_loaded`` on the client first."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
     async def run_async(
         self, client: Any, keys: list[str] | tuple[str, ...], args: list[Any]
     ) -> Any:
@@ -67,3 +77,5 @@ PERMIT_EXTEND = Script("permit_extend.lua")
 PERMIT_DESCRIBE = Script("permit_describe.lua")
 PERMIT_CLEAR = Script("permit_clear.lua")
 REDLOCK_FENCE = Script("redlock_fence.lua")
+CLEAR_LOCK = Script("clear_lock.lua")
+INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False)

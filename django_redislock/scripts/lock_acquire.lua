@@ -11,11 +11,24 @@
 -- ARGV[6] holder         description of the holder (host:pid:thread) for operators
 -- ARGV[7] fence_ttl_ms   how long a fencing counter lives after it is (re)created
 -- ARGV[8] since_ms       the holder's wall clock, for display only (never for ordering)
+-- KEYS[5] stats     HASH   usage counters (_stats.lua); optional
+-- ARGV[9] stats_ttl_ms   how long counters outlive their last update; 0: counting off
+-- ARGV[10] waited_ms     -1 on a call's first attempt, else ms it has waited so far
 -- Returns {1, fence} when held; {0, retry_hint_ms} when not; {-1, 0} when a
 -- reentrant acquire finds the lock no longer ours.
 local lock, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, mode = ARGV[1], ARGV[2], ARGV[3]
 local sigprefix = ARGV[5]
+
+local function acquired(fence)
+  count_acquire(KEYS[5], ARGV[9], ARGV[10])
+  return {1, fence}
+end
+
+local function refused(hint)
+  count_contention(KEYS[5], ARGV[9], ARGV[10])
+  return {0, hint}
+end
 
 if mode == 'nest' then
   local value = redis.call('GET', lock)
@@ -36,7 +49,7 @@ if redis.call('EXISTS', queue) == 0 then
   local fence = next_fence(fence_key, tonumber(ARGV[7]))
   if redis.call('SET', lock, lock_value(token, 0, 1, fence, lease, ARGV[8], ARGV[6]),
       'NX', 'PX', lease) then
-    return {1, fence}
+    return acquired(fence)
   end
   local hint = redis.call('PTTL', lock)
   if mode == 'wait' then
@@ -44,7 +57,7 @@ if redis.call('EXISTS', queue) == 0 then
     enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]))
     mark_waiters(lock)
   end
-  return {0, hint}
+  return refused(hint)
 end
 
 -- Someone is queued: the first live waiter is entitled to a free lock.
@@ -63,7 +76,7 @@ else
     local waiters = redis.call('EXISTS', queue)
     redis.call('SET', lock, lock_value(token, waiters, 1, fence, lease, ARGV[8], ARGV[6]),
       'PX', lease)
-    return {1, fence}
+    return acquired(fence)
   end
   signal(sigprefix, head, deadline - now_ms)
   hint = deadline - now_ms
@@ -74,4 +87,4 @@ if mode == 'wait' then
     mark_waiters(lock)
   end
 end
-return {0, hint}
+return refused(hint)

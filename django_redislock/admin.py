@@ -1,0 +1,231 @@
+"""The admin dashboard of held locks, semaphores and read-write locks.
+
+One page under the ``HeldLock`` entry of the admin index, a staff-only JSON
+endpoint it refreshes from, and a force-release confirmation step. Built with
+``ModelAdmin.get_urls`` and ``admin_site.admin_view`` (login, staff and CSRF
+handling come from the admin); nothing is loaded from the network.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_GET, require_http_methods
+
+from . import backend, inspection
+from .conf import get_settings
+from .models import HeldLock
+from .ops import OpsError, Page, check_name_arg, connect, describe_error, holder_data
+
+#: Rows per dashboard page.
+PER_PAGE = 100
+#: How often the page refreshes from the server, in milliseconds.
+REFRESH_MS = 3000
+RELEASE_PERMISSION = "django_redislock.release_lock"
+
+
+def _page_number(request: HttpRequest) -> int:
+    try:
+        return max(1, int(request.GET.get("page", "1")))
+    except ValueError:
+        return 1
+
+
+@admin.register(HeldLock)
+class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    # Every staff member may look; only ``release_lock`` may act.
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_active and request.user.is_staff)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.has_module_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def get_urls(self) -> list[URLPattern]:
+        view = self.admin_site.admin_view
+        info = self.opts.app_label, self.opts.model_name
+        return [
+            path("", view(self.dashboard_view), name="{}_{}_changelist".format(*info)),
+            path("data/", view(self.data_view), name="{}_{}_data".format(*info)),
+            path("release/", view(self.release_view), name="{}_{}_release".format(*info)),
+        ]
+
+    # views ----------------------------------------------------------------------
+
+    def _page(self, request: HttpRequest) -> Page:
+        client, prefix = connect()
+        return Page(
+            client,
+            prefix,
+            query=request.GET.get("q", "").strip(),
+            number=_page_number(request),
+            per_page=PER_PAGE,
+            counters=get_settings().stats,
+        )
+
+    @staticmethod
+    def _error(exc: BaseException) -> str:
+        return str(exc) if isinstance(exc, OpsError) else describe_error(exc)
+
+    def _check_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_view(request)
+        query = request.GET.get("q", "").strip()
+        page: Page | None = None
+        error = None
+        try:
+            page = self._page(request)
+        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+            error = self._error(exc)
+        can_release = request.user.has_perm(RELEASE_PERMISSION)
+        rows = page.rows() if page else []
+        for row in rows:
+            row["release_url"] = self._release_url(row["name"], row["kind"])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Held locks"),
+            "opts": self.opts,
+            "page": page,
+            "rows": rows,
+            "query": query,
+            "error": error,
+            "can_release": can_release,
+            "data_url": reverse("admin:django_redislock_heldlock_data"),
+            "refresh_ms": REFRESH_MS,
+            "counters_enabled": get_settings().stats,
+            "previous_url": self._page_url(query, page.number - 1)
+            if page and page.number > 1
+            else None,
+            "next_url": self._page_url(query, page.number + 1)
+            if page and page.number < page.pages
+            else None,
+        }
+        return TemplateResponse(request, "admin/django_redislock/dashboard.html", context)
+
+    @staticmethod
+    def _page_url(query: str, number: int) -> str:
+        params = {"page": str(number)}
+        if query:
+            params["q"] = query
+        return "?" + urlencode(params)
+
+    @staticmethod
+    def _release_url(name: str, kind: str) -> str:
+        return (
+            reverse("admin:django_redislock_heldlock_release")
+            + "?"
+            + urlencode({"name": name, "kind": kind})
+        )
+
+    def data_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_view(request)
+        return require_GET(self._data)(request)
+
+    def _data(self, request: HttpRequest) -> HttpResponse:
+        try:
+            page = self._page(request)
+        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+            return JsonResponse({"error": self._error(exc)}, status=503)
+        rows = page.rows()
+        for row in rows:
+            row["release_url"] = self._release_url(row["name"], row["kind"])
+        return JsonResponse(
+            {
+                "count": page.count,
+                "page": page.number,
+                "pages": page.pages,
+                "per_page": page.per_page,
+                "can_release": request.user.has_perm(RELEASE_PERMISSION),
+                "results": rows,
+            }
+        )
+
+    def release_view(self, request: HttpRequest) -> HttpResponse:
+        self._check_view(request)
+        return require_http_methods(["GET", "POST"])(self._release)(request)
+
+    def _release(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.has_perm(RELEASE_PERMISSION):
+            raise PermissionDenied
+        source = request.POST if request.method == "POST" else request.GET
+        changelist = reverse("admin:django_redislock_heldlock_changelist")
+        try:
+            name = check_name_arg(source.get("name", ""))
+            kind = inspection.kinds([source.get("kind", "")])[0]
+        except (OpsError, ValueError) as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(changelist)
+        try:
+            client, prefix = connect()
+            info = kind.describe(client, prefix, name)
+            if info is not None and request.method == "POST":
+                released = kind.clear(client, prefix, name)
+        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+            messages.error(request, self._error(exc))
+            return HttpResponseRedirect(changelist)
+        if info is None:
+            messages.warning(
+                request,
+                _("%(kind)s “%(name)s” is not held any more.") % {"kind": kind.kind, "name": name},
+            )
+            return HttpResponseRedirect(changelist)
+        if request.method == "POST":
+            self._log(request, info, released)
+            messages.success(
+                request,
+                _("Released %(kind)s “%(name)s”; its holders will get LockLostError.")
+                % {"kind": kind.kind, "name": name},
+            )
+            return HttpResponseRedirect(changelist)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Force-release %(kind)s") % {"kind": kind.kind},
+            "opts": self.opts,
+            "info": info,
+            "holders": holder_data(info),
+            "changelist_url": changelist,
+        }
+        return TemplateResponse(request, "admin/django_redislock/confirm_release.html", context)
+
+    def _log(self, request: HttpRequest, info: inspection.HeldInfo, released: int) -> None:
+        holders = ", ".join(h.holder for h in info.holders)
+        message = (
+            f"Force-released {info.kind} (fencing token {info.fencing_token}, "
+            f"holders: {holders}, released {released})"
+        )
+        obj = HeldLock(name=info.name)
+        user_id = request.user.pk
+        log_actions = getattr(LogEntry.objects, "log_actions", None)
+        if log_actions is not None:  # Django >= 5.1
+            log_actions(user_id, [obj], DELETION, change_message=message)
+        else:  # pragma: no cover - Django < 5.1
+            from django.contrib.contenttypes.models import ContentType
+
+            log_action = getattr(LogEntry.objects, "log_action")  # noqa: B009
+            log_action(
+                user_id,
+                ContentType.objects.get_for_model(obj, for_concrete_model=False).pk,
+                obj.pk,
+                str(obj)[:200],
+                DELETION,
+                message,
+            )

@@ -1,0 +1,33 @@
+-- Shared prelude: per-name usage counters (REDISLOCK['STATS']), kept by the
+-- acquire scripts so that counting costs no extra round trip.
+--
+-- stats  HASH  acquired   successful (outermost) acquires
+--              contended  acquire calls that found the primitive taken (counted once per call)
+--              wait_ms    total time acquirers that had to wait spent waiting
+--              lost       leases their holders found lost (counted by the client, rarely)
+-- The hash expires ttl_ms after its last update, so idle names leave nothing behind.
+-- Cost: 2 commands (HINCRBY, PEXPIRE) per acquire, 3 when it waited; 0 when off.
+
+-- stats: the key (nil when a caller passes none); ttl_ms: 0 when counting is off;
+-- waited_ms: -1 on a call's first attempt, else milliseconds waited so far.
+local function count_acquire(stats, ttl_ms, waited_ms)
+  ttl_ms = tonumber(ttl_ms or '0')
+  if not stats or ttl_ms <= 0 then
+    return
+  end
+  redis.call('HINCRBY', stats, 'acquired', 1)
+  waited_ms = tonumber(waited_ms or '-1')
+  if waited_ms > 0 then
+    redis.call('HINCRBY', stats, 'wait_ms', waited_ms)
+  end
+  redis.call('PEXPIRE', stats, ttl_ms)
+end
+
+local function count_contention(stats, ttl_ms, waited_ms)
+  ttl_ms = tonumber(ttl_ms or '0')
+  if not stats or ttl_ms <= 0 or tonumber(waited_ms or '-1') >= 0 then
+    return
+  end
+  redis.call('HINCRBY', stats, 'contended', 1)
+  redis.call('PEXPIRE', stats, ttl_ms)
+end

@@ -1,0 +1,225 @@
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+import redis
+from django.contrib.admin.models import DELETION, LogEntry
+from django.contrib.auth.models import Permission, User
+from django.contrib.staticfiles import finders
+from django.test import Client, override_settings
+from django.urls import reverse
+
+from django_redislock import Lock, LockLostError
+from tests import lockfill
+
+pytestmark = pytest.mark.django_db
+
+DASHBOARD = "/admin/django_redislock/heldlock/"
+DATA = DASHBOARD + "data/"
+RELEASE = DASHBOARD + "release/"
+
+
+def staff(username: str = "staff", *, can_release: bool = False) -> User:
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    if can_release:
+        user.user_permissions.add(Permission.objects.get(codename="release_lock"))
+    return user
+
+
+def client_for(user: User, *, csrf: bool = False) -> Client:
+    client = Client(enforce_csrf_checks=csrf)
+    client.force_login(user)
+    return client
+
+
+def test_urls_are_the_admin_urls() -> None:
+    assert reverse("admin:django_redislock_heldlock_changelist") == DASHBOARD
+    assert reverse("admin:django_redislock_heldlock_data") == DATA
+    assert reverse("admin:django_redislock_heldlock_release") == RELEASE
+
+
+def test_permission_row_exists_from_the_migration() -> None:
+    perm = Permission.objects.get(codename="release_lock")
+    assert perm.content_type.app_label == "django_redislock"
+    # default_permissions = (): no add/change/delete/view rows for a model with no table
+    assert list(
+        Permission.objects.filter(content_type=perm.content_type).values_list("codename", flat=True)
+    ) == ["release_lock"]
+
+
+def test_index_links_to_dashboard_for_staff(admin_client: Client) -> None:
+    body = admin_client.get("/admin/").content.decode()
+    assert f'href="{DASHBOARD}"' in body
+    assert "Held locks" in body
+    plain_staff = client_for(staff())
+    assert f'href="{DASHBOARD}"' in plain_staff.get("/admin/").content.decode()
+
+
+@pytest.mark.parametrize("url", [DASHBOARD, DATA, RELEASE + "?name=x&kind=lock"])
+def test_anonymous_and_non_staff_are_sent_to_login(url: str) -> None:
+    response = Client().get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+    user = User.objects.create_user("customer", password="pw")
+    response = client_for(user).get(url)
+    assert response.status_code == 302
+    assert response["Location"].startswith("/admin/login/")
+
+
+def test_dashboard_lists_held_lock_with_fence_and_ttl(admin_client: Client) -> None:
+    with Lock("sku:42", timeout=30) as lock:
+        fence = lock.fencing_token
+        response = admin_client.get(DASHBOARD)
+    body = response.content.decode()
+    assert response.status_code == 200
+    assert '<td class="name">sku:42</td>' in body
+    assert f'<td class="fence">{fence}</td>' in body
+    ttl = re.search(r'data-ttl="([0-9.]+)"', body)
+    assert ttl is not None
+    assert 0 < float(ttl.group(1)) <= 30
+    assert 'class="breadcrumbs"' in body
+    assert "django_redislock/dashboard.js" in body
+    assert RELEASE + "?name=sku%3A42&amp;kind=lock" in body  # the superuser may release
+
+
+def test_dashboard_for_staff_without_permission_has_no_release(client: Client) -> None:
+    with Lock("sku:1"):
+        response = client_for(staff()).get(DASHBOARD)
+        data = client_for(staff("other")).get(DATA).json()
+    assert "sku:1" in response.content.decode()
+    assert RELEASE not in response.content.decode()
+    assert data["can_release"] is False
+
+
+def test_json_endpoint(admin_client: Client) -> None:
+    with Lock("sku:7") as lock:
+        fence = lock.fencing_token
+        response = admin_client.get(DATA)
+    assert response["Content-Type"] == "application/json"
+    assert "no-store" in response["Cache-Control"]  # admin_view: never cached
+    data = response.json()
+    assert data["count"] == 1
+    assert data["can_release"] is True
+    row = data["results"][0]
+    assert row["name"] == "sku:7"
+    assert row["fencing_token"] == fence
+    assert isinstance(row["counters"], dict)
+    assert row["release_url"] == RELEASE + "?name=sku%3A7&kind=lock"
+    assert admin_client.post(DATA).status_code == 405
+
+
+def test_names_are_escaped(admin_client: Client) -> None:
+    evil = "<script>alert(1)</script>"
+    with Lock(evil):
+        body = admin_client.get(DASHBOARD).content.decode()
+        confirm = admin_client.get(RELEASE, {"name": evil, "kind": "lock"}).content.decode()
+        data = admin_client.get(DATA).json()
+    for page in (body, confirm):
+        assert evil not in page
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert data["results"][0]["name"] == evil  # JSON carries data; the page sets textContent
+
+
+def test_search_and_pagination(admin_client: Client, redis_client: redis.Redis) -> None:
+    lockfill.fill(redis_client, 250, name="job:{:03d}")
+    lockfill.fill(redis_client, 3, name="sku:[{}]*")
+    data = admin_client.get(DATA).json()
+    assert (data["count"], data["pages"], len(data["results"])) == (253, 3, 100)
+    assert data["results"][0]["name"] == "job:000"
+    last = admin_client.get(DATA, {"page": 3}).json()
+    assert len(last["results"]) == 53
+    assert admin_client.get(DATA, {"page": 99}).json()["page"] == 3
+    found = admin_client.get(DATA, {"q": "job:12"}).json()
+    assert [r["name"] for r in found["results"]] == [f"job:12{i}" for i in range(10)]
+    # glob characters in the search are literal
+    assert [r["name"] for r in admin_client.get(DATA, {"q": "[1]*"}).json()["results"]] == [
+        "sku:[1]*"
+    ]
+    body = admin_client.get(DASHBOARD, {"page": 2}).content.decode()
+    assert "page 2 of 3" in body
+    assert "?page=1" in body
+    assert "?page=3" in body
+
+
+def test_release_needs_confirmation_then_post(redis_client: redis.Redis) -> None:
+    user = staff(can_release=True)
+    client = client_for(user, csrf=True)
+    lock = Lock("stuck", auto_renew=False)
+    lock.acquire()
+    confirm = client.get(RELEASE, {"name": "stuck", "kind": "lock"})
+    assert confirm.status_code == 200
+    assert lock.owned()  # GET only asks
+    body = confirm.content.decode()
+    assert 'method="post"' in body
+    assert "csrfmiddlewaretoken" in body
+    # a POST without the CSRF token is refused
+    assert client.post(RELEASE, {"name": "stuck", "kind": "lock"}).status_code == 403
+    assert lock.owned()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', body)
+    assert token is not None
+    response = client.post(
+        RELEASE, {"name": "stuck", "kind": "lock", "csrfmiddlewaretoken": token.group(1)}
+    )
+    assert response.status_code == 302
+    assert response["Location"] == DASHBOARD
+    assert not redis_client.exists("redislock:{stuck}:lock")
+    with pytest.raises(LockLostError):
+        lock.release()
+    entry = LogEntry.objects.get()
+    assert entry.user == user
+    assert entry.action_flag == DELETION
+    assert entry.object_repr == "stuck"
+    assert entry.content_type.model == "heldlock"
+    assert "Force-released lock" in entry.get_change_message()
+
+
+@pytest.mark.parametrize("method", ["get", "post"])
+def test_release_forbidden_without_permission(method: str) -> None:
+    lock = Lock("keep", auto_renew=False)
+    lock.acquire()
+    response = getattr(client_for(staff()), method)(RELEASE, {"name": "keep", "kind": "lock"})
+    assert response.status_code == 403
+    assert lock.owned()
+    assert not LogEntry.objects.exists()
+    lock.release()
+
+
+def test_release_of_a_free_or_bad_name_changes_nothing(admin_client: Client) -> None:
+    response = admin_client.post(RELEASE, {"name": "ghost", "kind": "lock"}, follow=True)
+    assert "is not held any more" in response.content.decode()
+    response = admin_client.post(RELEASE, {"name": "x", "kind": "mutex"}, follow=True)
+    assert "Unknown kind(s) mutex" in response.content.decode()
+    response = admin_client.post(RELEASE, {"name": "", "kind": "lock"}, follow=True)
+    assert "Bad name" in response.content.decode()
+    assert not LogEntry.objects.exists()
+
+
+def test_redis_unreachable_is_reported(admin_client: Client) -> None:
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches):
+        body = admin_client.get(DASHBOARD).content.decode()
+        data = admin_client.get(DATA)
+    assert "Redis is unreachable or failed" in body
+    assert data.status_code == 503
+    assert data.json()["error"].startswith("Redis is unreachable")
+
+
+def test_assets_are_served_by_the_app(admin_client: Client) -> None:
+    for asset in ("django_redislock/dashboard.js", "django_redislock/dashboard.css"):
+        assert finders.find(asset)
+    body = admin_client.get(DASHBOARD).content.decode()
+    external = re.findall(r'(?:src|href)="(https?:)?//', body)
+    assert external == []
+
+
+def test_counters_off_hides_the_column(admin_client: Client) -> None:
+    with override_settings(REDISLOCK={"STATS": False}), Lock("quiet"):
+        body = admin_client.get(DASHBOARD).content.decode()
+        data: dict[str, Any] = admin_client.get(DATA).json()
+    assert 'class="counters"' not in body
+    assert data["results"][0]["counters"] == {}

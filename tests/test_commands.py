@@ -1,0 +1,262 @@
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import threading
+from typing import Any
+from unittest import mock
+
+import pytest
+import redis
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+from django_redislock import Lock, LockLostError
+from django_redislock import signals as lock_signals
+from tests import lockfill
+
+
+def run(*args: str, stdin: str | None = None) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    if stdin is None:
+        call_command("locks", *args, stdout=out, stderr=err)
+    else:
+        with mock.patch("builtins.input", return_value=stdin):
+            call_command("locks", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+def listed(*args: str) -> list[dict[str, Any]]:
+    out, _ = run("list", "--json", *args)
+    data: list[dict[str, Any]] = json.loads(out)
+    return data
+
+
+def test_nothing_held() -> None:
+    assert run()[0].strip() == "Nothing is held."
+    assert listed() == []
+
+
+def test_table_is_sorted_aligned_and_without_prefix() -> None:
+    with Lock("zeta") as zeta, Lock("alpha:1"), Lock("a{b}*c"):
+        fence = zeta.fencing_token
+        out, _ = run()
+        lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "KIND", "HOLDERS", "TTL", "FENCING", "TOKEN", "WAITERS"]
+    assert [line.split()[0] for line in lines[1:4]] == ["alpha:1", "a{b}*c", "zeta"]
+    assert lines[4] == "3 held."
+    # aligned: every column starts at the same offset on every row
+    kind_column = lines[0].index("KIND")
+    assert all(line[kind_column : kind_column + 4] == "lock" for line in lines[1:4])
+    assert str(fence) in lines[3]
+    assert "redislock" not in out
+
+
+def test_json_is_stable_and_names_are_as_written() -> None:
+    with Lock("sku:1") as lock, Lock("a{b}%c"):
+        fence = lock.fencing_token
+        data = listed()
+    assert [d["name"] for d in data] == ["a{b}%c", "sku:1"]
+    entry = data[1]
+    assert sorted(entry) == [
+        "fencing_token", "holders", "kind", "limit", "name", "ttl", "waiters",
+    ]  # fmt: skip
+    assert entry["kind"] == "lock"
+    assert entry["fencing_token"] == fence
+    assert 0 < entry["ttl"] <= 30
+    holder = entry["holders"][0]
+    assert holder["holder"].split(":")[1] == str(os.getpid())
+    assert len(holder["token"]) == 8  # never the whole token
+
+
+def test_pattern_and_kind_filters() -> None:
+    with Lock("sku:1"), Lock("sku:2"), Lock("cron:daily"):
+        assert [d["name"] for d in listed("--pattern", "sku:*")] == ["sku:1", "sku:2"]
+        assert [d["name"] for d in listed("--pattern", "sku:[!1]")] == ["sku:2"]
+        assert len(listed("--kind", "lock")) == 3
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("list", "--pattern", "sku:[1"), "Bad pattern"),
+        (("list", "--pattern", ""), "Bad pattern"),
+        (("list", "--kind", "mutex"), "Unknown kind(s) mutex"),
+        (("inspect", "a\x00b"), "Bad name"),
+        (("clear", "--noinput"), "exactly one"),
+        (("clear", "x", "--all", "--noinput"), "exactly one"),
+    ],
+)
+def test_bad_input_is_one_line_command_error(args: tuple[str, ...], message: str) -> None:
+    with pytest.raises(CommandError) as info:
+        run(*args)
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_inspect_shows_holder_waiters_and_counters() -> None:
+    with Lock("report") as lock:
+        fence = lock.fencing_token
+        out, _ = run("inspect", "report")
+        data = json.loads(run("inspect", "report", "--json")[0])
+    assert "lock: 1 holder(s), 0 waiter(s)" in out
+    assert f"fencing_token={fence}" in out
+    assert data["held"][0]["fencing_token"] == fence
+    assert "Not held." in run("inspect", "nobody")[0]
+
+
+def test_clear_literal_name_with_glob_characters(redis_client: redis.Redis) -> None:
+    star, other = Lock("a*", auto_renew=False), Lock("abc", auto_renew=False)
+    star.acquire()
+    other.acquire()
+    out, _ = run("clear", "a*", "--noinput")
+    assert "Released lock a*" in out
+    assert "Released 1 of 1." in out
+    assert other.owned()
+    assert [d["name"] for d in listed()] == ["abc"]
+    with pytest.raises(LockLostError):
+        star.release()
+    other.release()
+
+
+def test_clear_asks_for_confirmation() -> None:
+    lock = Lock("keep", auto_renew=False)
+    lock.acquire()
+    out, _ = run("clear", "keep", stdin="no")
+    assert "This will release 1 held primitive(s):" in out
+    assert "lock keep" in out
+    assert "Cancelled." in out
+    assert lock.owned()
+    out, _ = run("clear", "keep", stdin="yes")
+    assert "Released lock keep" in out
+    assert not lock.owned()
+
+
+def test_clear_pattern_and_all() -> None:
+    locks = [Lock(n, auto_renew=False) for n in ("job:1", "job:2", "other")]
+    for lock in locks:
+        lock.acquire()
+    run("clear", "--pattern", "job:*", "--noinput")
+    assert [d["name"] for d in listed()] == ["other"]
+    run("clear", "--all", "--noinput")
+    assert listed() == []
+    assert "Nothing to clear." in run("clear", "--all", "--noinput")[0]
+    assert "Not held: ghost" in run("clear", "ghost", "--noinput")[1]
+
+
+def test_cleared_holder_learns_through_its_watchdog() -> None:
+    lost = threading.Event()
+
+    def on_lost(**kwargs: object) -> None:
+        if kwargs["name"] == "stuck":
+            lost.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        with pytest.raises(LockLostError):
+            with Lock("stuck", timeout=0.6, auto_renew=True):
+                run("clear", "stuck", "--noinput")
+                assert lost.wait(5), "the watchdog did not report the cleared lease"
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+
+
+def test_clear_wakes_the_next_waiter() -> None:
+    holder = Lock("queue", auto_renew=False)
+    holder.acquire()
+    queued, got = threading.Event(), threading.Event()
+
+    def wait() -> None:
+        with mock.patch("django_redislock.locks.wait_seconds", side_effect=lambda *a: 30.0):
+            queued.set()
+            waiter = Lock("queue", blocking_timeout=60)
+            if waiter.acquire():
+                got.set()
+                waiter.release()
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    queued.wait(5)
+    client = redis.Redis.from_url(os.environ["REDISLOCK_TEST_REDIS_URL"])
+    while not client.exists("redislock:{queue}:queue"):
+        threading.Event().wait(0.01)
+    run("clear", "queue", "--noinput")
+    # the waiter blocks up to 30 s per wait: only the clear's wake-up gets it in time
+    assert got.wait(10)
+    thread.join(10)
+
+
+def test_clear_many_shows_progress(redis_client: redis.Redis) -> None:
+    lockfill.fill(redis_client, 1200)
+    out, err = run("clear", "--all", "--noinput")
+    assert "Cleared 500/1200" in err
+    assert "Cleared 1200/1200" in err
+    assert "… and 1150 more" in out
+    assert "Released 1200 of 1200." in out
+    assert redis_client.dbsize() == 0
+
+
+def test_listing_uses_scan_never_keys(redis_client: redis.Redis) -> None:
+    lockfill.fill(redis_client, 50)
+    redis_client.config_resetstat()
+    assert len(listed()) == 50
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_scan" in stats
+    assert "cmdstat_keys" not in stats
+
+
+def test_unreachable_redis_is_one_line_error() -> None:
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches), pytest.raises(CommandError) as info:
+        run("list")
+    assert str(info.value).startswith("Redis is unreachable or failed: ConnectionError")
+    assert "\n" not in str(info.value)
+
+
+def test_unreachable_redis_from_the_shell_exits_1_without_traceback() -> None:
+    from tests.servers import free_port
+
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "REDISLOCK_TEST_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", "locks", "list", "--pattern", "x*"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().startswith("CommandError: Redis is unreachable")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cluster_path_pipelines_per_name(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Redis Cluster one command cannot span slots: one name per command."""
+    from django_redislock import backend
+
+    monkeypatch.setattr(backend, "is_cluster", lambda client: True)
+    lockfill.fill(redis_client, 120)
+    lock = Lock("zz", auto_renew=False)
+    lock.acquire()
+    data = listed()
+    assert len(data) == 121
+    assert data[-1]["fencing_token"] == lock.fencing_token
+    redis_client.config_resetstat()
+    run("clear", "--all", "--noinput")
+    assert redis_client.info("commandstats")["cmdstat_evalsha"]["calls"] == 121
+    with pytest.raises(LockLostError):
+        lock.release()
+    assert listed() == []
