@@ -13,6 +13,7 @@ import asyncio
 import os
 import time
 import weakref
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +32,7 @@ class AsyncConnection:
         self.sync = sync_client
         self.aio = backend.get_async_client(sync_client)
 
-    async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    async def run(self, script: Script, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         if self.aio is not None:
             return await script.run_async(self.aio, keys, args)
         return await asyncio.to_thread(script, self.sync, keys, args)

@@ -23,6 +23,7 @@ import socket
 import threading
 import time
 import unicodedata
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, signals
@@ -151,8 +152,8 @@ class Holding:
         started: float,
         fencing_token: int | None,
         renew_script: Script,
-        keys: list[str],
-        sigprefix: str = "",
+        keys: Sequence[str | bytes],
+        sigprefix: str | bytes = "",
     ) -> None:
         self.sender = sender
         self.name = name
