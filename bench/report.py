@@ -168,12 +168,15 @@ def render(data: dict[str, Any]) -> str:
         f"Python {meta['python']}  redis-server {meta['redis']}  ({meta['seconds']} s)",
         "",
         f"Uncontended acquire+release: median of {opts['rounds']} interleaved blocks "
-        f"x {opts['cycles']} cycles; ratio = median of same-round ratios to raw",
-        f"  {'library':<34}{'cycles/s':>10}{'x raw':>8}",
+        f"x {opts['cycles']} cycles; ratio = median of same-round ratios to raw;",
+        "CPU = this process + redis-server per cycle, steadier than wall time on a busy machine",
+        f"  {'library':<34}{'cycles/s':>10}{'x raw':>8}{'CPU us':>10}{'CPU x raw':>11}",
     ]
     for lib, row in data["uncontended"].items():
         lines.append(
             f"  {labels[lib]:<34}{row['cycles_per_s']:>10.0f}{_num(row['ratio_to_raw'], '.2f'):>8}"
+            f"{_num(row.get('cpu_us_per_cycle'), '.1f'):>10}"
+            f"{_num(row.get('cpu_ratio_to_raw'), '.2f'):>11}"
         )
     if data["contended"]:
         lines += [

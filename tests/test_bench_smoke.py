@@ -40,6 +40,7 @@ def test_quick_bench_of_lock_and_raw() -> None:
     assert set(data["uncontended"]) == {"redislock", "raw"}
     assert data["uncontended"]["raw"]["ratio_to_raw"] == pytest.approx(1.0)
     assert data["uncontended"]["redislock"]["ratio_to_raw"] > 0
+    assert "cpu_ratio_to_raw" in data["uncontended"]["redislock"]
     modes = data["contended"]["redislock"]
     assert set(modes) == {"polite", "greedy"}
     for mode in modes.values():
