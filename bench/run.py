@@ -13,6 +13,7 @@ import json
 import multiprocessing
 import os
 import platform
+import queue
 import statistics
 import sys
 import time
@@ -186,8 +187,8 @@ def measure_contended(
                     command = Command(
                         lib, mode, f"bench:c:{lib}:{mode}:{round_no}", start_at, start_at + duration
                     )
-                    for queue in queues:
-                        queue.put(command)
+                    for commands in queues:
+                        commands.put(command)
                     per_worker = [_get(results, workers, duration + 120) for _ in workers]
                     runs[lib][mode].append(
                         {
@@ -197,8 +198,8 @@ def measure_contended(
                         }
                     )
     finally:
-        for queue in queues:
-            queue.put(None)
+        for commands in queues:
+            commands.put(None)
         for worker in workers:
             worker.join(10)
             if worker.is_alive():
@@ -212,7 +213,7 @@ def _get(results: Any, workers: list[Any], timeout: float) -> Any:
     while True:
         try:
             return results.get(timeout=1.0)
-        except Exception:  # queue.Empty
+        except queue.Empty:
             dead = [w.pid for w in workers if w.exitcode not in (None, 0)]
             if dead:
                 raise RuntimeError(f"bench worker processes {dead} died") from None
