@@ -13,6 +13,7 @@ import asyncio
 import os
 import time
 import weakref
+from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
@@ -31,7 +32,7 @@ class AsyncConnection:
         self.sync = sync_client
         self.aio = backend.get_async_client(sync_client)
 
-    async def run(self, script: Script, keys: list[str], args: list[Any]) -> Any:
+    async def run(self, script: Script, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         if self.aio is not None:
             return await script.run_async(self.aio, keys, args)
         return await asyncio.to_thread(script, self.sync, keys, args)
@@ -101,7 +102,7 @@ class AsyncLock(LockBase):
         lease_ms = int(lease * 1000)
         holding = self._holding()
         if holding is not None:
-            args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix)
+            args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, settings.stats)
             with backend.translate_errors(self.name):
                 status, _ = await conn.run(LOCK_ACQUIRE, keys, args)
             if status == NOT_OURS:
@@ -115,9 +116,8 @@ class AsyncLock(LockBase):
         begun = time.monotonic()
         deadline = None if budget is None else begun + budget
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
-        args = self._acquire_args(
-            token, lease_ms, "wait" if may_wait else "try", waiter_ttl_ms, sigprefix
-        )
+        mode = "wait" if may_wait else "try"
+        args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats)
         signal_key = sigprefix + token
         queued = False
         with backend.translate_errors(self.name):
@@ -146,7 +146,9 @@ class AsyncLock(LockBase):
                 if queued:
                     await asyncio.shield(conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix]))
                 raise
-        holding = self._new_holding(token, sync_client, lease, started, value, keys, sigprefix)
+        holding = self._new_holding(
+            token, sync_client, lease, started, value, keys, sigprefix, settings.stats
+        )
         self._holdings[self._task()] = holding
         if self._auto_renew(settings):
             watchdog.watch(holding)

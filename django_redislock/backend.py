@@ -18,7 +18,7 @@ import inspect
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -294,7 +294,7 @@ def get_async_client(sync_client: Any) -> Any | None:
 def run_on_all(
     clients: list[Any],
     script: Script,
-    keys: list[str],
+    keys: Sequence[str | bytes],
     args: list[Any],
     *,
     timeout: float | None,
@@ -356,7 +356,7 @@ def _pool_connection(pool: Any) -> Any:
         return pool.get_connection("EVALSHA")
 
 
-def _run_one(client: Any, script: Script, keys: list[str], args: list[Any]) -> Any:
+def _run_one(client: Any, script: Script, keys: Sequence[str | bytes], args: list[Any]) -> Any:
     try:
         return script(client, keys, args)
     except BACKEND_ERRORS as exc:

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, signals
@@ -160,9 +160,9 @@ class Holding:
         started: float,
         fencing_token: int | None,
         renew_script: Script,
-        keys: list[str],
-        sigprefix: str = "",
-        stats_key: str | None = None,
+        keys: Sequence[str | bytes],
+        sigprefix: str | bytes = "",
+        stats_key: str | bytes | None = None,
     ) -> None:
         self.sender = sender
         self.stats_key = stats_key

@@ -20,6 +20,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -36,7 +37,6 @@ from .base import (
     new_token,
     wait_turn,
 )
-from .conf import get_settings
 from .exceptions import LockLostError
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
 from .watchdog import watchdog
@@ -44,6 +44,11 @@ from .watchdog import watchdog
 logger = logging.getLogger(__name__)
 
 ACQUIRED, REFUSED, NOT_OURS = 1, 0, -1
+
+_FENCE_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
+_STATS_MEMORY_ARG = b"%d" % STATS_MEMORY_MS
+#: How many argument tails one lock remembers (lease x mode x waiter TTL x prefix).
+_ARG_CACHE_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -87,21 +92,52 @@ class LockBase(Primitive):
 
     kind = "lock"
     parts = ("lock", "fence", "queue", "deadlines", "stats")
+    _wire: tuple[str, list[bytes], bytes] | None = None
+    _arg_tails: dict[tuple[int, str, int, str], tuple[bytes, bytes, bytes, bytes]] | None = None
+
+    def _wire_keys(self, prefix: str) -> tuple[list[bytes], bytes]:
+        """The keys and signal prefix as bytes, for the scripts.
+
+        redis-py sends bytes untouched but runs every other argument through
+        its encoder; for a script with a dozen arguments that was the largest
+        client-side cost of an uncontended acquire.
+        """
+        wire = self._wire
+        if wire is None or wire[0] != prefix:
+            keys, sigprefix = self._key_set(prefix)
+            wire = (prefix, [k.encode() for k in keys], sigprefix.encode())
+            self._wire = wire
+        return wire[1], wire[2]
 
     def _acquire_args(
-        self, token: str, lease_ms: int, mode: str, waiter_ttl_ms: int, sigprefix: str
+        self,
+        token: str,
+        lease_ms: int,
+        mode: str,
+        waiter_ttl_ms: int,
+        sigprefix: str,
+        stats: bool,
     ) -> list[Any]:
+        tails = self._arg_tails
+        if tails is None or len(tails) > _ARG_CACHE_SIZE:
+            tails = self._arg_tails = {}
+        spec = (lease_ms, mode, waiter_ttl_ms, sigprefix)
+        tail = tails.get(spec)
+        if tail is None:
+            tail = tails[spec] = (
+                b"%d" % lease_ms,
+                mode.encode(),
+                b"%d" % waiter_ttl_ms,
+                sigprefix.encode(),
+            )
         return [
-            token,
-            lease_ms,
-            mode,
-            waiter_ttl_ms,
-            sigprefix,
-            holder_description(),
-            FENCE_MEMORY_MS,
-            int(time.time() * 1000),
-            STATS_MEMORY_MS if get_settings().stats else 0,
-            -1,  # waited_ms: first attempt; see _waited
+            token.encode(),
+            *tail,
+            holder_description().encode(),
+            _FENCE_MEMORY_ARG,
+            b"%d" % int(time.time() * 1000),
+            _STATS_MEMORY_ARG if stats else b"0",
+            b"-1",  # waited_ms: first attempt; see _waited
         ]
 
     @staticmethod
@@ -116,8 +152,9 @@ class LockBase(Primitive):
         lease: float,
         started: float,
         fence: int,
-        keys: list[str],
-        sigprefix: str,
+        keys: Sequence[str | bytes],
+        sigprefix: str | bytes,
+        stats: bool,
     ) -> Holding:
         return Holding(
             sender=type(self),
@@ -131,7 +168,7 @@ class LockBase(Primitive):
             renew_script=LOCK_EXTEND,
             keys=[keys[0], keys[2], keys[3]],
             sigprefix=sigprefix,
-            stats_key=keys[4] if get_settings().stats else None,
+            stats_key=keys[4] if stats else None,
         )
 
     def _after_release(self, holding: Holding, result: int) -> None:
@@ -225,11 +262,12 @@ class Lock(LockBase):
         settings = self._settings()
         client, chunk = self._client_and_chunk(settings)
         keys, sigprefix = self._key_set(settings.key_prefix)
+        wire_keys, wire_sigprefix = self._wire_keys(settings.key_prefix)
         lease = self._lease(settings)
         lease_ms = int(lease * 1000)
         holding = self._holding()
         if holding is not None:
-            self._nest(holding, client, keys, lease_ms, sigprefix)
+            self._nest(holding, client, wire_keys, lease_ms, sigprefix, settings.stats)
             return None
 
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
@@ -238,7 +276,7 @@ class Lock(LockBase):
         deadline = None if budget is None else begun + budget
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
-        args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix)
+        args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats)
         attempts = 0
 
         def attempt() -> Any:
@@ -246,7 +284,7 @@ class Lock(LockBase):
             if attempts:
                 self._waited(args, begun)
             attempts += 1
-            return LOCK_ACQUIRE(client, keys, args)
+            return LOCK_ACQUIRE(client, wire_keys, args)
 
         status, value, started, _ = wait_turn(
             attempt,
@@ -263,7 +301,9 @@ class Lock(LockBase):
                 sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
             )
             return value
-        holding = self._new_holding(token, client, lease, started, value, keys, sigprefix)
+        holding = self._new_holding(
+            token, client, lease, started, value, wire_keys, wire_sigprefix, settings.stats
+        )
         self._local.holding = holding
         if self._auto_renew(settings):
             watchdog.watch(holding)
@@ -277,9 +317,15 @@ class Lock(LockBase):
         return None
 
     def _nest(
-        self, holding: Holding, client: Any, keys: list[str], lease_ms: int, sigprefix: str
+        self,
+        holding: Holding,
+        client: Any,
+        keys: list[bytes],
+        lease_ms: int,
+        sigprefix: str,
+        stats: bool,
     ) -> None:
-        args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix)
+        args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, stats)
         with backend.translate_errors(self.name):
             status, _ = LOCK_ACQUIRE(client, keys, args)
         if status == NOT_OURS:

@@ -111,7 +111,7 @@ class PermitPrimitive(Primitive):
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return args
 
-    def _release_args(self, member: str, sigprefix: str) -> list[Any]:
+    def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:
         return [member, sigprefix]
 
     def _on_status(self, status: int, value: int) -> None:
@@ -353,7 +353,7 @@ class Semaphore(PermitPrimitive):
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return [*args, self.limit]
 
-    def _release_args(self, member: str, sigprefix: str) -> list[Any]:
+    def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:
         return [member, sigprefix, self.limit]
 
     def _on_status(self, status: int, value: int) -> None:

@@ -7,6 +7,7 @@ lock value format and the fair wait queue are each written once.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
@@ -34,13 +35,15 @@ class Script:
         self.name = filename
         self.text = body
         self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+        # Bytes go to the wire as they are; a str is encoded on every call.
+        self._sha_arg = self.sha.encode()
 
-    def __call__(self, client: Any, keys: list[str] | tuple[str, ...], args: list[Any]) -> Any:
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         try:
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.evalsha(self._sha_arg, len(keys), *keys, *args)
         except NoScriptError:
             client.script_load(self.text)
-            return client.evalsha(self.sha, len(keys), *keys, *args)
+            return client.evalsha(self._sha_arg, len(keys), *keys, *args)
 
     def ensure_loaded(self, client: Any) -> None:
         """Load the script unless the server has it; for pipelines, which cannot
@@ -52,14 +55,12 @@ class Script:
         """Add a run to ``pipe``; call ``ensure_loaded`` on the client first."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
-    async def run_async(
-        self, client: Any, keys: list[str] | tuple[str, ...], args: list[Any]
-    ) -> Any:
+    async def run_async(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         try:
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await client.evalsha(self._sha_arg, len(keys), *keys, *args)
         except NoScriptError:
             await client.script_load(self.text)
-            return await client.evalsha(self.sha, len(keys), *keys, *args)
+            return await client.evalsha(self._sha_arg, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<Script {self.name} {self.sha[:8]}>"

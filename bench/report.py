@@ -1,0 +1,204 @@
+"""Turning raw records into medians, percentiles, targets and tables (no I/O)."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+OURS = "redislock"
+PEER_FOR_HANDOFF = "prl"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    uncontended_ratio: float = 0.9
+    polite_p50_ms: float = 1.0
+    polite_p99_ms: float = 3.0
+    greedy_min_share: float = 0.5
+
+
+def percentile(values: list[float], share: float) -> float | None:
+    """Nearest-rank percentile; ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(share * len(ordered)))
+    return ordered[min(rank, len(ordered)) - 1]
+
+
+def summarize_mode(runs: list[dict[str, Any]], processes: int) -> dict[str, Any]:
+    """Gaps between one hold's release and the next hold, pooled over the runs.
+
+    A gap runs from the moment a holder starts releasing to the moment the next
+    holder's acquire returns, so it includes the release and acquire round trips
+    and the wake-up. Overlapping holds are counted as violations on top of the
+    gauge's count. Only holds that began inside the timed window count.
+    """
+    gaps: list[float] = []
+    violations = 0
+    acquisitions = 0
+    min_acquisitions: int | None = None
+    min_share: float | None = None
+    for run in runs:
+        end_ns = run["end_ns"]
+        violations += run["violations"]
+        holds = sorted(
+            (acquired, releasing, worker)
+            for worker, records in enumerate(run["records"])
+            for acquired, releasing in records
+        )
+        for before, after in itertools.pairwise(holds):
+            if after[0] > end_ns:
+                break
+            gap = after[0] - before[1]
+            if gap < 0:
+                violations += 1
+            gaps.append(gap / 1e6)
+        counts = [0] * processes
+        for acquired, _, worker in holds:
+            if acquired <= end_ns:
+                counts[worker] += 1
+        total = sum(counts)
+        acquisitions += total
+        least = min(counts)
+        min_acquisitions = least if min_acquisitions is None else min(min_acquisitions, least)
+        share = least / (total / processes) if total else 0.0
+        min_share = share if min_share is None else min(min_share, share)
+    return {
+        "p50_ms": percentile(gaps, 0.50),
+        "p99_ms": percentile(gaps, 0.99),
+        "handoffs": len(gaps),
+        "acquisitions": acquisitions,
+        "runs": len(runs),
+        "min_acquisitions": min_acquisitions,
+        "min_share_of_fair": min_share,
+        "violations": violations,
+    }
+
+
+def summarize_contended(runs: dict[str, list[dict[str, Any]]], processes: int) -> dict[str, Any]:
+    return {mode: summarize_mode(mode_runs, processes) for mode, mode_runs in runs.items()}
+
+
+def _verdict(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("PASS" if ok else "FAIL")
+
+
+def targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
+    """Each target of issue 2 section 5 for our Lock, with the value and PASS/FAIL/n/a."""
+    found: list[dict[str, Any]] = []
+    ours_u = data["uncontended"].get(OURS)
+    ratio = ours_u["ratio_to_raw"] if ours_u else None
+    found.append(
+        {
+            "target": f"uncontended >= {limits.uncontended_ratio}x raw (watchdog on)",
+            "value": None if ratio is None else f"{ratio:.2f}x",
+            "status": _verdict(None if ratio is None else ratio >= limits.uncontended_ratio),
+        }
+    )
+    ours_c = data["contended"].get(OURS)
+    polite = ours_c["polite"] if ours_c else None
+    p50 = polite["p50_ms"] if polite else None
+    p99 = polite["p99_ms"] if polite else None
+    found.append(
+        {
+            "target": f"polite handoff p50 <= {limits.polite_p50_ms} ms",
+            "value": None if p50 is None else f"{p50:.2f} ms",
+            "status": _verdict(None if p50 is None else p50 <= limits.polite_p50_ms),
+        }
+    )
+    found.append(
+        {
+            "target": f"polite handoff p99 <= {limits.polite_p99_ms} ms",
+            "value": None if p99 is None else f"{p99:.2f} ms",
+            "status": _verdict(None if p99 is None else p99 <= limits.polite_p99_ms),
+        }
+    )
+    peer = data["contended"].get(PEER_FOR_HANDOFF)
+    peer_polite = peer["polite"] if peer else None
+    ok = None
+    value = None
+    if polite and peer_polite and None not in (p50, p99, peer_polite["p50_ms"]):
+        ok = p50 <= peer_polite["p50_ms"] and p99 <= peer_polite["p99_ms"]
+        value = f"{p50:.2f}/{p99:.2f} vs {peer_polite['p50_ms']:.2f}/{peer_polite['p99_ms']:.2f} ms"
+    found.append(
+        {
+            "target": "polite handoff p50 and p99 no worse than python-redis-lock",
+            "value": value,
+            "status": _verdict(ok),
+        }
+    )
+    greedy = ours_c["greedy"] if ours_c else None
+    share = greedy["min_share_of_fair"] if greedy else None
+    found.append(
+        {
+            "target": f"greedy: every process >= {limits.greedy_min_share} of its fair share",
+            "value": None if share is None else f"{share:.2f}",
+            "status": _verdict(None if share is None else share >= limits.greedy_min_share),
+        }
+    )
+    violations = None
+    if data["contended"]:
+        violations = sum(
+            mode["violations"] for lib in data["contended"].values() for mode in lib.values()
+        )
+    found.append(
+        {
+            "target": "mutual-exclusion violations = 0 (all libraries)",
+            "value": None if violations is None else str(violations),
+            "status": _verdict(None if violations is None else violations == 0),
+        }
+    )
+    return found
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def render(data: dict[str, Any]) -> str:
+    """The human-readable report."""
+    meta = data["meta"]
+    labels = meta["labels"]
+    opts = meta["options"]
+    lines = [
+        f"django-redislock bench  {meta['date']}  {meta['machine']}  "
+        f"Python {meta['python']}  redis-server {meta['redis']}  ({meta['seconds']} s)",
+        "",
+        f"Uncontended acquire+release: median of {opts['rounds']} interleaved blocks "
+        f"x {opts['cycles']} cycles; ratio = median of same-round ratios to raw;",
+        "CPU = this process + redis-server per cycle, steadier than wall time on a busy machine",
+        f"  {'library':<34}{'cycles/s':>10}{'x raw':>8}{'CPU us':>10}{'CPU x raw':>11}",
+    ]
+    for lib, row in data["uncontended"].items():
+        lines.append(
+            f"  {labels[lib]:<34}{row['cycles_per_s']:>10.0f}{_num(row['ratio_to_raw'], '.2f'):>8}"
+            f"{_num(row.get('cpu_us_per_cycle'), '.1f'):>10}"
+            f"{_num(row.get('cpu_ratio_to_raw'), '.2f'):>11}"
+        )
+    if data["contended"]:
+        lines += [
+            "",
+            f"Handoff gap, {opts['processes']} processes, {opts['contended_rounds']} round(s) "
+            f"x {opts['duration']} s per mode (release start -> next acquire returns)",
+            f"  {'':<34}{'polite':>16}{'greedy':>16}{'greedy':>22}{'':>11}",
+            f"  {'library':<34}{'p50/p99 ms':>16}{'p50/p99 ms':>16}"
+            f"{'acq  min  min/fair':>22}{'violations':>11}",
+        ]
+        for lib, modes in data["contended"].items():
+            polite, greedy = modes["polite"], modes["greedy"]
+            lines.append(
+                f"  {labels[lib]:<34}"
+                f"{_num(polite['p50_ms'], '.2f') + '/' + _num(polite['p99_ms'], '.2f'):>16}"
+                f"{_num(greedy['p50_ms'], '.2f') + '/' + _num(greedy['p99_ms'], '.2f'):>16}"
+                f"{greedy['acquisitions']:>8}{_num(greedy['min_acquisitions'], 'd'):>5}"
+                f"{_num(greedy['min_share_of_fair'], '.2f'):>9}"
+                f"{polite['violations'] + greedy['violations']:>11}"
+            )
+    lines += ["", "Targets for django-redislock Lock (same run; noisy machines move them):"]
+    for target in data["targets"]:
+        value = target["value"] or "-"
+        lines.append(f"  {target['status']:<5} {target['target']:<58} {value}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,270 @@
+"""Command line and measurement loops: ``python -m bench [--quick] [--json] [--libs ...]``.
+
+Noise on shared machines is large, so libraries are measured in small blocks,
+interleaved (the order rotates every round), repeated, and summarised by
+medians and by ratios to the raw floor measured in the same rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import queue
+import statistics
+import sys
+import time
+from typing import Any
+
+from bench.libs import LIBRARIES
+from bench.report import Thresholds, render, summarize_contended, targets
+from bench.workers import Command, worker_main
+
+DEFAULTS = {"rounds": 7, "cycles": 300, "processes": 8, "contended_rounds": 2, "duration": 1.0}
+QUICK = {"rounds": 3, "cycles": 100, "processes": 8, "contended_rounds": 1, "duration": 0.3}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Measure django-redislock's Lock against redis-py, python-redis-lock, "
+        "pottery and a raw SET NX PX loop, on one private redis-server, in one run.",
+    )
+    parser.add_argument("--quick", action="store_true", help="a few seconds in all: a smoke test")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    parser.add_argument(
+        "--libs",
+        default=",".join(LIBRARIES),
+        help=f"comma-separated libraries (default: all of {', '.join(LIBRARIES)})",
+    )
+    parser.add_argument("--rounds", type=int, help="uncontended rounds (blocks per library)")
+    parser.add_argument("--cycles", type=int, help="acquire+release cycles per uncontended block")
+    parser.add_argument("--processes", type=int, help="competing processes in handoff runs")
+    parser.add_argument("--contended-rounds", type=int, help="handoff rounds per library and mode")
+    parser.add_argument("--duration", type=float, help="seconds per handoff run")
+    parser.add_argument(
+        "--skip-contended", action="store_true", help="only the uncontended measurement"
+    )
+    args = parser.parse_args(argv)
+    libs = [name.strip() for name in args.libs.split(",") if name.strip()]
+    unknown = [name for name in libs if name not in LIBRARIES]
+    if unknown:
+        parser.error(f"--libs: unknown {', '.join(unknown)}; choose from {', '.join(LIBRARIES)}")
+    if not libs:
+        parser.error("--libs: name at least one library")
+    args.libs = libs
+    base = QUICK if args.quick else DEFAULTS
+    for option, default in base.items():
+        if getattr(args, option) is None:
+            setattr(args, option, default)
+        if getattr(args, option) <= 0:
+            parser.error(f"--{option.replace('_', '-')} must be positive")
+    if args.processes < 2:
+        parser.error("--processes must be at least 2")
+    return args
+
+
+def rotated(items: list[str], shift: int) -> list[str]:
+    shift %= len(items)
+    return items[shift:] + items[:shift]
+
+
+# --- uncontended ---------------------------------------------------------------
+
+
+def measure_uncontended(
+    url: str, libs: list[str], rounds: int, cycles: int, server_pid: int | None = None
+) -> dict[str, Any]:
+    """Wall-clock rates and ratios, plus CPU per cycle (this process + redis-server).
+
+    The CPU figure moves far less than wall time on a busy machine, so its
+    ratio to raw is a steadier estimate of the ratio on a quiet one.
+    """
+    import redis
+
+    client = redis.Redis.from_url(url)
+    rates: dict[str, list[float]] = {lib: [] for lib in libs}
+    ratios: dict[str, list[float]] = {lib: [] for lib in libs}
+    cpus: dict[str, list[float]] = {lib: [] for lib in libs}
+    cpu_ratios: dict[str, list[float]] = {lib: [] for lib in libs}
+    for lib in libs:  # warm-up: scripts loaded, watchdog thread started, imports done
+        _block(client, lib, f"bench:warm:{lib}", max(10, cycles // 10), server_pid)
+    for round_no in range(rounds):
+        rate: dict[str, float] = {}
+        cpu: dict[str, float | None] = {}
+        for lib in rotated(libs, round_no):
+            name = f"bench:u:{lib}:{round_no}"
+            rate[lib], cpu[lib] = _block(client, lib, name, cycles, server_pid)
+            rates[lib].append(rate[lib])
+        for lib in libs:
+            cycle_cpu = cpu[lib]
+            if cycle_cpu is not None:
+                cpus[lib].append(cycle_cpu)
+            if "raw" in rate:
+                ratios[lib].append(rate[lib] / rate["raw"])
+                raw_cpu = cpu["raw"]
+                if cycle_cpu and raw_cpu:
+                    cpu_ratios[lib].append(raw_cpu / cycle_cpu)
+    client.close()
+    return {
+        lib: {
+            "cycles_per_s": statistics.median(rates[lib]),
+            "ratio_to_raw": _median(ratios[lib]),
+            "cpu_us_per_cycle": _median(cpus[lib]),
+            "cpu_ratio_to_raw": _median(cpu_ratios[lib]),
+            "blocks": rates[lib],
+        }
+        for lib in libs
+    }
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _server_cpu_ns(pid: int | None) -> int | None:
+    """CPU time redis-server has used, in ns (Linux); ``None`` where unknown."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/schedstat") as stat:
+            return int(stat.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _block(
+    client: Any, lib: str, name: str, cycles: int, server_pid: int | None
+) -> tuple[float, float | None]:
+    """Cycles per second and CPU µs per cycle (``None`` without server CPU figures)."""
+    acquire, release = LIBRARIES[lib].make(client, name)
+    server_before = _server_cpu_ns(server_pid)
+    cpu_before = time.process_time_ns()
+    started = time.perf_counter()
+    for _ in range(cycles):
+        acquire()
+        release()
+    elapsed = time.perf_counter() - started
+    cpu = time.process_time_ns() - cpu_before
+    server_after = _server_cpu_ns(server_pid)
+    if server_before is None or server_after is None:
+        return cycles / elapsed, None
+    return cycles / elapsed, (cpu + server_after - server_before) / cycles / 1000
+
+
+# --- contended ---------------------------------------------------------------------
+
+
+def measure_contended(
+    url: str, libs: list[str], processes: int, rounds: int, duration: float
+) -> dict[str, Any]:
+    libs = [lib for lib in libs if LIBRARIES[lib].contended]
+    if not libs:
+        return {}
+    ctx = multiprocessing.get_context("spawn")
+    holds = ctx.Value("q", 0, lock=False)
+    results = ctx.Queue()
+    queues = [ctx.SimpleQueue() for _ in range(processes)]
+    workers = [
+        ctx.Process(target=worker_main, args=(i, url, queues[i], results, holds), daemon=True)
+        for i in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {
+        lib: {"polite": [], "greedy": []} for lib in libs
+    }
+    try:
+        for _ in workers:
+            _get(results, workers, 120)
+        for round_no in range(rounds):
+            for lib in rotated(libs, round_no):
+                for mode in ("polite", "greedy"):
+                    start_at = time.monotonic() + 0.05
+                    command = Command(
+                        lib, mode, f"bench:c:{lib}:{mode}:{round_no}", start_at, start_at + duration
+                    )
+                    for commands in queues:
+                        commands.put(command)
+                    per_worker = [_get(results, workers, duration + 120) for _ in workers]
+                    runs[lib][mode].append(
+                        {
+                            "end_ns": int(command.end_at * 1e9),
+                            "records": [r[2] for r in sorted(per_worker, key=lambda r: r[1])],
+                            "violations": sum(r[3] for r in per_worker),
+                        }
+                    )
+    finally:
+        for commands in queues:
+            commands.put(None)
+        for worker in workers:
+            worker.join(10)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(5)
+    return {lib: summarize_contended(runs[lib], processes) for lib in libs}
+
+
+def _get(results: Any, workers: list[Any], timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return results.get(timeout=1.0)
+        except queue.Empty:
+            dead = [w.pid for w in workers if w.exitcode not in (None, 0)]
+            if dead:
+                raise RuntimeError(f"bench worker processes {dead} died") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"bench workers did not answer within {timeout:.0f}s") from None
+
+
+# --- main -------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    from tests.servers import RedisServer
+
+    with RedisServer() as server:
+        os.environ["REDISLOCK_BENCH_REDIS_URL"] = server.url
+        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
+        import django
+
+        django.setup()
+        redis_version = server.client().info("server")["redis_version"]
+        began = time.monotonic()
+        pid = server.process.pid if server.process is not None else None
+        uncontended = measure_uncontended(server.url, args.libs, args.rounds, args.cycles, pid)
+        contended = {}
+        if not args.skip_contended:
+            contended = measure_contended(
+                server.url, args.libs, args.processes, args.contended_rounds, args.duration
+            )
+        elapsed = time.monotonic() - began
+    data: dict[str, Any] = {
+        "meta": {
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "machine": f"{platform.machine()} {os.cpu_count()} CPUs, {platform.system()}",
+            "python": platform.python_version(),
+            "redis": redis_version,
+            "seconds": round(elapsed, 1),
+            "options": {
+                k: getattr(args, k)
+                for k in ("rounds", "cycles", "processes", "contended_rounds", "duration")
+            },
+            "labels": {lib: LIBRARIES[lib].label for lib in args.libs},
+        },
+        "uncontended": uncontended,
+        "contended": contended,
+    }
+    data["targets"] = targets(data, Thresholds())
+    if args.json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        sys.stdout.write(render(data))
+    violations = sum(c["violations"] for lib in contended.values() for c in lib.values())
+    return 1 if violations else 0

@@ -1,0 +1,55 @@
+"""The benchmark harness runs end to end: quick mode, our Lock and the raw floor only.
+
+Not a speed test: timing targets live in ``python -m bench``'s own report. This
+only proves the harness works, finds no mutual-exclusion violation, and reports
+ratios to the raw floor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.report import render
+from tests.servers import REDIS_SERVER
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = [sys.executable, "-m", "bench"]
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
+def test_quick_bench_of_lock_and_raw() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SETTINGS")}
+    completed = subprocess.run(
+        [*BENCH, "--quick", "--json", "--libs", "redislock,raw", "--processes", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(completed.stdout)
+
+    assert set(data["uncontended"]) == {"redislock", "raw"}
+    assert data["uncontended"]["raw"]["ratio_to_raw"] == pytest.approx(1.0)
+    assert data["uncontended"]["redislock"]["ratio_to_raw"] > 0
+    assert "cpu_ratio_to_raw" in data["uncontended"]["redislock"]
+    modes = data["contended"]["redislock"]
+    assert set(modes) == {"polite", "greedy"}
+    for mode in modes.values():
+        assert mode["violations"] == 0
+        assert mode["acquisitions"] > 0
+        assert mode["p50_ms"] is not None
+    assert "raw" not in data["contended"]  # the floor has no fair wait to measure
+
+    text = render(data)
+    assert "x raw" in text
+    assert "django-redislock Lock" in text
+    assert "mutual-exclusion violations = 0" in text
