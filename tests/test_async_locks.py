@@ -194,3 +194,18 @@ def test_watchdog_renews_async_holds(path: str) -> None:
             assert await lock.owned()
 
     run(main())
+
+
+def test_nested_acquire_of_a_lost_lease_raises(path: str, redis_client: redis.Redis) -> None:
+    async def main() -> None:
+        lock = AsyncLock("nest-lost", auto_renew=False)
+        with pytest.raises(LockLostError):
+            async with lock:
+                redis_client.delete("redislock:{nest-lost}:lock")
+                with pytest.raises(LockLostError):
+                    await lock.acquire()
+                with pytest.raises(LockLostError):
+                    await lock.extend()
+        assert not await lock.owned()
+
+    run(main())
