@@ -188,9 +188,9 @@ def test_signals_and_fencing(path: str) -> None:
 
 def test_watchdog_renews_async_holds(path: str) -> None:
     async def main() -> None:
-        lock = AsyncLock("long", timeout=0.3)
+        lock = AsyncLock("long", timeout=0.6)
         async with lock:
-            await asyncio.sleep(1.0)  # three leases
+            await asyncio.sleep(2.0)  # more than three leases
             assert await lock.owned()
 
     run(main())
