@@ -188,9 +188,24 @@ def test_signals_and_fencing(path: str) -> None:
 
 def test_watchdog_renews_async_holds(path: str) -> None:
     async def main() -> None:
-        lock = AsyncLock("long", timeout=0.3)
+        lock = AsyncLock("long", timeout=0.6)
         async with lock:
-            await asyncio.sleep(1.0)  # three leases
+            await asyncio.sleep(2.0)  # more than three leases
             assert await lock.owned()
+
+    run(main())
+
+
+def test_nested_acquire_of_a_lost_lease_raises(path: str, redis_client: redis.Redis) -> None:
+    async def main() -> None:
+        lock = AsyncLock("nest-lost", auto_renew=False)
+        with pytest.raises(LockLostError):
+            async with lock:
+                redis_client.delete("redislock:{nest-lost}:lock")
+                with pytest.raises(LockLostError):
+                    await lock.acquire()
+                with pytest.raises(LockLostError):
+                    await lock.extend()
+        assert not await lock.owned()
 
     run(main())

@@ -55,6 +55,33 @@ def test_server_that_stops_answering_raises_backend_error_within_socket_timeout(
     assert elapsed < 3 * SOCKET_TIMEOUT
 
 
+def test_async_lock_on_a_hung_server_raises_backend_error_within_socket_timeout(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    import asyncio
+
+    server = redis_server_factory()
+    assert server.process is not None
+
+    async def main() -> tuple[float, BaseException | None]:
+        lock = AsyncLock("hung-async")
+        assert await lock.locked() is False  # connected and working
+        assert server.process is not None
+        server.process.send_signal(signal.SIGSTOP)
+        started = time.monotonic()
+        try:
+            with pytest.raises(LockBackendError) as info:
+                await lock.acquire()
+        finally:
+            server.process.send_signal(signal.SIGCONT)
+        return time.monotonic() - started, info.value.__cause__
+
+    with cache_at(server.url, SOCKET_TIMEOUT=SOCKET_TIMEOUT, SOCKET_CONNECT_TIMEOUT=SOCKET_TIMEOUT):
+        elapsed, cause = asyncio.run(main())
+    assert isinstance(cause, redis.TimeoutError | redis.ConnectionError)
+    assert elapsed < 3 * SOCKET_TIMEOUT
+
+
 @pytest.fixture
 def short_socket_timeout(redis_url: str) -> Iterator[None]:
     """django-redis with the 0.5 s socket timeout common in production."""

@@ -156,7 +156,7 @@ def test_b_ours_slow_holder_is_told_and_the_second_holder_keeps_the_lock(
 
 @pytest.mark.parametrize("ours", [False, True], ids=["naive", "ours"])
 def test_c_task_longer_than_the_lease(conn: redis.Redis, ours: bool) -> None:
-    lease, work, workers = 0.6, 2.0, 3  # each task outlives three leases
+    lease, work, workers = 0.8, 2.5, 3  # each task outlives three leases
     with processes(w.long_task, [("c", lease, work, ours)] * workers):
         start_together(conn, workers)
     samples = gauge_samples(conn)

@@ -91,3 +91,23 @@ def test_lost_from_the_watchdog_is_sent_once(redis_client: redis.Redis) -> None:
         lock_signals.lock_lost.disconnect(on_lost)
     assert len(lost) == 1
     assert "watchdog" in lost[0]["reason"]
+
+
+@pytest.mark.parametrize("action", ["nested acquire", "extend"])
+def test_lost_found_by_nested_acquire_or_extend(redis_client: redis.Redis, action: str) -> None:
+    lock = Lock("found", auto_renew=False)
+    with capture(lock_signals.lock_lost) as lost:
+        with pytest.raises(LockLostError):
+            with lock:
+                redis_client.delete("redislock:{found}:lock")
+                with pytest.raises(LockLostError, match="was lost"):
+                    if action == "extend":
+                        lock.extend()
+                    else:
+                        lock.acquire()
+    assert len(lost) == 1  # told once, though the release finds it lost again
+    word = "extended" if action == "extend" else "acquired it again"
+    assert word in lost[0]["reason"]
+    assert not lock.owned()
+    assert lock.acquire(blocking=False)  # the holder can start afresh
+    lock.release()

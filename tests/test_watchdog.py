@@ -66,10 +66,10 @@ def test_no_thread_without_auto_renew(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_renewal_keeps_many_short_leases_alive() -> None:
-    locks = [Lock(f"short:{i}", timeout=0.3) for i in range(5)]
+    locks = [Lock(f"short:{i}", timeout=0.6) for i in range(5)]
     for lock in locks:
         lock.acquire()
-    time.sleep(1.2)  # four leases
+    time.sleep(2.0)  # more than three leases
     assert all(lock.owned() for lock in locks)
     for lock in locks:
         lock.release()
