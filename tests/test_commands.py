@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 from unittest import mock
 
@@ -182,7 +183,9 @@ def test_clear_wakes_the_next_waiter() -> None:
     thread.start()
     queued.wait(5)
     client = redis.Redis.from_url(os.environ["REDISLOCK_TEST_REDIS_URL"])
-    while not client.exists("redislock:{queue}:queue"):
+    deadline = time.monotonic() + 10
+    while not client.exists("redislock:{queue}:queue"):  # the waiter has queued
+        assert time.monotonic() < deadline, "the waiter never queued"
         threading.Event().wait(0.01)
     run("clear", "queue", "--noinput")
     # the waiter blocks up to 30 s per wait: only the clear's wake-up gets it in time
