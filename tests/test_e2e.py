@@ -129,3 +129,12 @@ def test_dashboard_live_ttl_and_force_release(
             lock.release()
     with pytest.raises(LockLostError):
         target.release()
+
+
+def test_missing_browser_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDISLOCK_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        _missing("no Chromium binary")
+    monkeypatch.setenv("REDISLOCK_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="REDISLOCK_REQUIRE_BROWSER=1 but no Chromium"):
+        _missing("no Chromium binary")
