@@ -242,3 +242,12 @@ def test_other_kinds_show_holders_limit_and_mode(
     assert response.status_code == 302
     assert fake.cleared == ["pool"]
     assert LogEntry.objects.get().object_repr == "pool"
+
+
+def test_invalid_settings_are_reported_not_a_500(admin_client: Client) -> None:
+    with override_settings(REDISLOCK={"TIMEOUT": -1}):
+        body = admin_client.get(DASHBOARD).content.decode()
+        data = admin_client.get(DATA)
+    assert "django_redislock.E006" in body
+    assert data.status_code == 503
+    assert "E006" in data.json()["error"]
