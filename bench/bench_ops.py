@@ -18,6 +18,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -33,7 +34,8 @@ def slowest(client: object, since: float) -> tuple[int, int, str]:
     return len(entries), worst["duration"], command[:60]
 
 
-def cycles_per_second(seconds: float, stats: bool) -> float:
+def cycles_per_second(client: Any, seconds: float, stats: bool) -> tuple[float, float]:
+    """Uncontended acquire+release cycles per second, and the server's µs per script call."""
     from django.test import override_settings
 
     from django_redislock import Lock
@@ -42,12 +44,14 @@ def cycles_per_second(seconds: float, stats: bool) -> float:
     with override_settings(REDISLOCK={"STATS": stats}):
         lock.acquire()
         lock.release()
+        client.config_resetstat()
         count, end = 0, time.perf_counter() + seconds
         while time.perf_counter() < end:
             lock.acquire()
             lock.release()
             count += 1
-    return count / seconds
+    usec = client.info("commandstats")["cmdstat_evalsha"]["usec_per_call"]
+    return count / seconds, float(usec)
 
 
 def main() -> None:
@@ -110,12 +114,19 @@ def main() -> None:
         # alternate short runs so load drifting on a shared box hits both alike
         offs, ons = [], []
         for _ in range(options.rounds):
-            offs.append(cycles_per_second(options.seconds, stats=False))
-            ons.append(cycles_per_second(options.seconds, stats=True))
-        off, on = statistics.median(offs), statistics.median(ons)
+            offs.append(cycles_per_second(client, options.seconds, stats=False))
+            ons.append(cycles_per_second(client, options.seconds, stats=True))
+        off = statistics.median(r for r, _ in offs)
+        on = statistics.median(r for r, _ in ons)
+        off_us = statistics.median(u for _, u in offs)
+        on_us = statistics.median(u for _, u in ons)
         print(
             f"uncontended acquire+release (median of {options.rounds}): {off:.0f}/s counters "
             f"off, {on:.0f}/s counters on (ratio on/off {on / off:.3f})"
+        )
+        print(
+            f"  server time per script call (acquire and release averaged): "
+            f"{off_us:.2f} µs off, {on_us:.2f} µs on"
         )
     finally:
         client.close()

@@ -92,8 +92,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         query = request.GET.get("q", "").strip()
         page: Page | None = None
         error = None
+        counters_enabled = False
         try:
             page = self._page(request)
+            counters_enabled = get_settings().stats
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             error = self._error(exc)
         can_release = request.user.has_perm(RELEASE_PERMISSION)
@@ -109,9 +111,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "query": query,
             "error": error,
             "can_release": can_release,
-            "data_url": reverse("admin:django_redislock_heldlock_data"),
+            "data_url": self._url("data"),
             "refresh_ms": REFRESH_MS,
-            "counters_enabled": get_settings().stats,
+            "counters_enabled": counters_enabled,
             "previous_url": self._page_url(query, page.number - 1)
             if page and page.number > 1
             else None,
@@ -128,13 +130,14 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             params["q"] = query
         return "?" + urlencode(params)
 
-    @staticmethod
-    def _release_url(name: str, kind: str) -> str:
-        return (
-            reverse("admin:django_redislock_heldlock_release")
-            + "?"
-            + urlencode({"name": name, "kind": kind})
+    def _url(self, view: str) -> str:
+        """A URL of this dashboard on whichever admin site it is registered with."""
+        return reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}"
         )
+
+    def _release_url(self, name: str, kind: str) -> str:
+        return self._url("release") + "?" + urlencode({"name": name, "kind": kind})
 
     def data_view(self, request: HttpRequest) -> HttpResponse:
         self._check_view(request)
@@ -167,7 +170,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not request.user.has_perm(RELEASE_PERMISSION):
             raise PermissionDenied
         source = request.POST if request.method == "POST" else request.GET
-        changelist = reverse("admin:django_redislock_heldlock_changelist")
+        changelist = self._url("changelist")
         try:
             name = check_name_arg(source.get("name", ""))
             kind = inspection.kinds([source.get("kind", "")])[0]

@@ -223,3 +223,31 @@ def test_counters_off_hides_the_column(admin_client: Client) -> None:
         data: dict[str, Any] = admin_client.get(DATA).json()
     assert 'class="counters"' not in body
     assert data["results"][0]["counters"] == {}
+
+
+def test_other_kinds_show_holders_limit_and_mode(
+    admin_client: Client, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_redislock import inspection
+    from tests.test_commands import FakeSemaphoreKind
+
+    fake = FakeSemaphoreKind()
+    monkeypatch.setattr(inspection, "KINDS", [*inspection.KINDS, fake])
+    redis_client.set("redislock:{pool}:fakesem", "x")
+    body = admin_client.get(DASHBOARD).content.decode()
+    row = admin_client.get(DATA).json()["results"][0]
+    assert '<td class="holders">2/5: web-1:1:T, web-2:2:T (read)</td>' in body
+    assert (row["kind"], row["limit"], row["waiters"]) == ("semaphore", 5, 4)
+    response = admin_client.post(RELEASE, {"name": "pool", "kind": "semaphore"})
+    assert response.status_code == 302
+    assert fake.cleared == ["pool"]
+    assert LogEntry.objects.get().object_repr == "pool"
+
+
+def test_invalid_settings_are_reported_not_a_500(admin_client: Client) -> None:
+    with override_settings(REDISLOCK={"TIMEOUT": -1}):
+        body = admin_client.get(DASHBOARD).content.decode()
+        data = admin_client.get(DATA)
+    assert "django_redislock.E006" in body
+    assert data.status_code == 503
+    assert "E006" in data.json()["error"]

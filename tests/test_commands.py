@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from typing import Any
 from unittest import mock
 
@@ -15,8 +16,9 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import override_settings
 
-from django_redislock import Lock, LockLostError
+from django_redislock import Lock, LockLostError, inspection
 from django_redislock import signals as lock_signals
+from django_redislock.inspection import HeldInfo, HolderInfo
 from tests import lockfill
 
 
@@ -182,7 +184,9 @@ def test_clear_wakes_the_next_waiter() -> None:
     thread.start()
     queued.wait(5)
     client = redis.Redis.from_url(os.environ["REDISLOCK_TEST_REDIS_URL"])
-    while not client.exists("redislock:{queue}:queue"):
+    deadline = time.monotonic() + 10
+    while not client.exists("redislock:{queue}:queue"):  # the waiter has queued
+        assert time.monotonic() < deadline, "the waiter never queued"
         threading.Event().wait(0.01)
     run("clear", "queue", "--noinput")
     # the waiter blocks up to 30 s per wait: only the clear's wake-up gets it in time
@@ -260,3 +264,54 @@ def test_cluster_path_pipelines_per_name(
     with pytest.raises(LockLostError):
         lock.release()
     assert listed() == []
+
+
+def test_unknown_cache_alias_is_one_line_error() -> None:
+    with pytest.raises(CommandError) as info:
+        run("--using", "nope", "list")
+    assert "cache alias 'nope' is not defined in CACHES" in str(info.value)
+
+
+class FakeSemaphoreKind:
+    """A kind shaped like the semaphore's: several holders, a limit, modes."""
+
+    kind = "semaphore"
+    main_part = "fakesem"
+
+    def __init__(self) -> None:
+        self.cleared: list[str] = []
+
+    def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
+        if not client.exists(f"{prefix}:{{{name}}}:fakesem"):
+            return None
+        holders = [
+            HolderInfo(token="a" * 32, holder="web-1:1:T", ttl=12.5, fencing_token=7),
+            HolderInfo(token="b" * 32, holder="web-2:2:T", ttl=3.0, fencing_token=9, mode="read"),
+        ]
+        return HeldInfo(name=name, kind=self.kind, holders=holders, limit=5, waiters=4)
+
+    def clear(self, client: Any, prefix: str, name: str) -> int:
+        self.cleared.append(name)
+        return int(client.delete(f"{prefix}:{{{name}}}:fakesem"))
+
+
+def test_other_kinds_show_up_through_the_kind_interface(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = FakeSemaphoreKind()
+    monkeypatch.setattr(inspection, "KINDS", [*inspection.KINDS, fake])
+    redis_client.set("redislock:{pool}:fakesem", "x")
+    with Lock("pool"):
+        data = listed()
+        table, _ = run()
+        only, _ = run("list", "--kind", "semaphore")
+    assert [(d["name"], d["kind"]) for d in data] == [("pool", "lock"), ("pool", "semaphore")]
+    sem = data[1]
+    assert (sem["limit"], sem["waiters"], sem["fencing_token"], sem["ttl"]) == (5, 4, 9, 12.5)
+    assert [h["mode"] for h in sem["holders"]] == [None, "read"]
+    assert "2/5: web-1:1:T, web-2:2:T (read)" in table
+    assert "semaphore" in only
+    assert " lock " not in only
+    out, _ = run("clear", "pool", "--kind", "semaphore", "--noinput")
+    assert "Released semaphore pool" in out
+    assert fake.cleared == ["pool"]

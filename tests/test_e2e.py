@@ -42,7 +42,10 @@ def _chromium() -> str | None:
 
 
 @pytest.fixture
-def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+def browser() -> Iterator[Any]:
+    """Request it after any fixture that touches the database: Playwright's sync
+    API runs an event loop in this thread, and ORM calls under it would be
+    refused (or, forced, leave connections that block dropping the test DB)."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -50,9 +53,6 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     executable = _chromium()
     if executable is None:
         _missing("no Chromium binary (apt-get install chromium)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls
-    # the test makes around it are still plain synchronous calls.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=executable,
@@ -64,10 +64,9 @@ def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
             browser.close()
 
 
-def test_dashboard_live_ttl_and_force_release(browser: Any, live_server: Any) -> None:
-    from django.contrib.auth.models import User
-
-    User.objects.create_superuser("admin", "admin@example.com", "pw")
+def test_dashboard_live_ttl_and_force_release(
+    admin_user: Any, live_server: Any, browser: Any
+) -> None:
     evil = "<script>alert(1)</script>"
     target = Lock("sku:42", timeout=90, auto_renew=False)
     others = [Lock(n, timeout=t, auto_renew=False) for n, t in [
@@ -85,7 +84,7 @@ def test_dashboard_live_ttl_and_force_release(browser: Any, live_server: Any) ->
     try:
         page.goto(f"{live_server.url}/admin/login/?next=/admin/")
         page.fill("#id_username", "admin")
-        page.fill("#id_password", "pw")
+        page.fill("#id_password", "password")  # pytest-django's admin_user
         page.click("input[type=submit]")
         page.click("text=Held locks")
         page.wait_for_url("**/admin/django_redislock/heldlock/")
@@ -130,3 +129,12 @@ def test_dashboard_live_ttl_and_force_release(browser: Any, live_server: Any) ->
             lock.release()
     with pytest.raises(LockLostError):
         target.release()
+
+
+def test_missing_browser_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("REDISLOCK_REQUIRE_BROWSER", raising=False)
+    with pytest.raises(pytest.skip.Exception):
+        _missing("no Chromium binary")
+    monkeypatch.setenv("REDISLOCK_REQUIRE_BROWSER", "1")
+    with pytest.raises(pytest.fail.Exception, match="REDISLOCK_REQUIRE_BROWSER=1 but no Chromium"):
+        _missing("no Chromium binary")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import io
 import json
 import threading
+import time
 
 import pytest
 import redis
@@ -49,7 +50,10 @@ def test_contention_and_wait_time(redis_client: redis.Redis) -> None:
     thread = threading.Thread(target=wait)
     thread.start()
     queued.wait(5)
-    while not redis_client.exists("redislock:{hot}:queue"):
+    client = redis_client
+    deadline = time.monotonic() + 10
+    while not client.exists("redislock:{hot}:queue"):  # the waiter has queued
+        assert time.monotonic() < deadline, "the waiter never queued"
         threading.Event().wait(0.01)
     threading.Event().wait(0.2)  # lets the waiter accumulate measurable wait time
     holder.release()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -28,6 +29,15 @@ PROGRESS_THRESHOLD = 1000
 
 def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
+
+
+def _extra(key: str, value: Any) -> str:
+    if key == "since" and isinstance(value, int | float) and value > 0:
+        moment = datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc)
+        return f"{moment:%Y-%m-%d %H:%M:%S} UTC (the holder's clock)"
+    if key == "lease" and isinstance(value, int | float):
+        return f"{value:g}s"
+    return str(value)
 
 
 class Command(BaseCommand):
@@ -183,7 +193,7 @@ class Command(BaseCommand):
                     f"fencing_token={h['fencing_token']}  depth={h['count']}{mode}"
                 )
             for key, value in sorted(info.extra.items()):
-                self.stdout.write(f"    {key}: {value}")
+                self.stdout.write(f"    {key}: {_extra(key, value)}")
         if counters:
             self.stdout.write(
                 "  counters: "
