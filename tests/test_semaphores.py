@@ -318,3 +318,41 @@ def test_killed_holder_permit_returns_after_its_lease() -> None:
         assert waited <= lease + 2.5, waited
     finally:
         _reap([proc])
+
+
+def test_unreachable_redis_raises_backend_error() -> None:
+    from django.test import override_settings
+
+    from django_redislock import LockBackendError
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches), pytest.raises(LockBackendError) as info:
+        Semaphore("down", 2).acquire()
+    assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+
+
+def test_dead_waiter_at_the_front_is_skipped(redis_client: redis.Redis) -> None:
+    redis_client.zadd("redislock:{skip}:sem:queue", {"deadbeef": 1})
+    redis_client.hset("redislock:{skip}:sem:deadlines", "deadbeef", 1)  # presumed dead long ago
+    sem = Semaphore("skip", 1)
+    assert sem.acquire(blocking=False)
+    assert not redis_client.exists("redislock:{skip}:sem:queue")
+    sem.release()
+
+
+def test_live_waiter_at_the_front_is_not_overtaken(redis_client: redis.Redis) -> None:
+    redis_client.zadd("redislock:{wait}:sem:queue", {"cafe": 1})
+    redis_client.hset("redislock:{wait}:sem:deadlines", "cafe", 2**50)  # alive, on its way
+    assert not Semaphore("wait", 1).acquire(blocking=False)
+    assert redis_client.llen("redislock:{wait}:signal:cafe") == 1  # and it was woken
+    assert Semaphore("wait", 2).acquire(blocking=False)  # a second permit is for the next
+
+
+def test_lock_and_semaphore_of_one_name_are_independent() -> None:
+    from django_redislock import Lock
+
+    with Lock("same"), Semaphore("same", 1) as sem:
+        assert sem.owned()
+        assert not Semaphore("same", 1).acquire(blocking=False)
