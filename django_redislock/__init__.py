@@ -15,11 +15,13 @@ from .exceptions import (
     LockTimeout,
 )
 from .locks import Lock
-from .rwlock import ReadWriteLock
-from .semaphores import Semaphore
+from .rwlock import AsyncReadWriteLock, ReadWriteLock
+from .semaphores import AsyncSemaphore, Semaphore
 
 __all__ = [
     "AsyncLock",
+    "AsyncReadWriteLock",
+    "AsyncSemaphore",
     "Lock",
     "LockBackendError",
     "LockError",
