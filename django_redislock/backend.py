@@ -197,6 +197,11 @@ _ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
 }
 
 
+#: Connection arguments that hold synchronous objects (a parser class, retry and
+#: maintenance-notification handlers): the asyncio connection builds its own.
+_SYNC_ONLY_KWARGS = frozenset({"retry", "redis_connect_func", "self", "parser_class"})
+
+
 class _AsyncClients:
     """asyncio clients mirroring sync pools, one per (event loop, pool).
 
@@ -239,7 +244,7 @@ class _AsyncClients:
         kwargs = {
             k: v
             for k, v in pool.connection_kwargs.items()
-            if k in accepted and k not in {"retry", "redis_connect_func", "self"}
+            if k in accepted and k not in _SYNC_ONLY_KWARGS and not k.startswith("maint_")
         }
         async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
         return redis.asyncio.Redis(connection_pool=async_pool)
