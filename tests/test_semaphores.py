@@ -25,9 +25,12 @@ def _skewed_clock(skew: float) -> Any:
     return mock.patch("time.time", side_effect=lambda: real() + skew)
 
 
-def _gauge_worker(name: str, limit: int, cycles: int, gauge: Gauge, skew: float) -> None:
+def _gauge_worker(
+    name: str, limit: int, cycles: int, gauge: Gauge, skew: float, start: Any
+) -> None:
     with _skewed_clock(skew):
         sem = Semaphore(name, limit, timeout=10, blocking_timeout=60)
+        start.wait(60)  # all workers run at once, however slowly they were spawned
         for _ in range(cycles):
             with sem, gauge.inside() as inside:
                 assert inside <= limit
@@ -183,9 +186,9 @@ def test_context_manager_times_out_with_retry_after() -> None:
 
 
 def test_watchdog_renews_permits_past_their_lease() -> None:
-    sem = Semaphore("wd", 1, timeout=0.3, auto_renew=True)
+    sem = Semaphore("wd", 1, timeout=0.6, auto_renew=True)
     with sem:
-        time.sleep(1.0)
+        time.sleep(1.5)
         assert sem.owned()
         assert not Semaphore("wd", 1).acquire(blocking=False)
 
@@ -261,7 +264,8 @@ def test_skewed_client_clock_cannot_steal_a_permit() -> None:
 def test_gauge_never_exceeds_limit_and_reaches_it() -> None:
     gauge = Gauge()
     limit, workers, cycles = 3, 6, 40
-    with processes(_gauge_worker, [("g", limit, cycles, gauge, 0.0)] * workers):
+    start = CTX.Barrier(workers)
+    with processes(_gauge_worker, [("g", limit, cycles, gauge, 0.0, start)] * workers):
         pass
     assert gauge.entries == workers * cycles
     assert gauge.peak == limit
@@ -272,7 +276,8 @@ def test_skewed_clocks_over_grant_nothing() -> None:
     """Workers whose clocks are minutes apart share the permits exactly as without skew."""
     gauge = Gauge()
     skews = [-300.0, 0.0, 300.0, 900.0, -900.0]
-    with processes(_gauge_worker, [("sk", 2, 30, gauge, skew) for skew in skews]):
+    start = CTX.Barrier(len(skews))
+    with processes(_gauge_worker, [("sk", 2, 30, gauge, skew, start) for skew in skews]):
         pass
     assert gauge.entries == len(skews) * 30
     assert gauge.peak == 2
@@ -303,7 +308,7 @@ def test_grant_order_is_arrival_order(redis_client: redis.Redis) -> None:
 @pytest.mark.usefixtures("real_redis")
 def test_killed_holder_permit_returns_after_its_lease() -> None:
     ready = CTX.Event()
-    lease = 1.0
+    lease = 2.0
     proc = _start(_hold_forever, "dead", lease, ready)
     try:
         assert ready.wait(30)
