@@ -20,11 +20,13 @@ from .fencing import FenceField, fenced_update
 from .locks import Lock
 from .multilock import MultiLock
 from .redlock import Redlock
-from .rwlock import ReadWriteLock
-from .semaphores import Semaphore
+from .rwlock import AsyncReadWriteLock, ReadWriteLock
+from .semaphores import AsyncSemaphore, Semaphore
 
 __all__ = [
     "AsyncLock",
+    "AsyncReadWriteLock",
+    "AsyncSemaphore",
     "FenceField",
     "InsufficientStock",
     "Lock",

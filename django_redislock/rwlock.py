@@ -22,13 +22,13 @@ from .base import Primitive
 from .exceptions import LockTimeout
 from .inspection import HolderInfo
 from .scripts import RWLOCK_ACQUIRE, RWLOCK_RELEASE
-from .semaphores import PermitPrimitive
+from .semaphores import AsyncPermitPrimitive, PermitBase, PermitPrimitive
 
 _PARTS = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
 
 
-class _RWSide(PermitPrimitive):
-    """One side (read or write) of a ``ReadWriteLock``, used like a ``Lock``."""
+class _RWSide(PermitBase):
+    """One side (read or write) of a read-write lock, used like a ``Lock``."""
 
     kind = "rwlock"
     parts = _PARTS
@@ -45,7 +45,7 @@ class _RWSide(PermitPrimitive):
         return error
 
 
-class ReadLock(_RWSide):
+class ReadLock(_RWSide, PermitPrimitive):
     """The shared side of a ``ReadWriteLock``: held together with other readers."""
 
     token_mode = "r"
@@ -56,7 +56,7 @@ class ReadLock(_RWSide):
         return self
 
 
-class WriteLock(_RWSide):
+class WriteLock(_RWSide, PermitPrimitive):
     """The exclusive side of a ``ReadWriteLock``: held alone."""
 
     token_mode = "w"
@@ -67,21 +67,8 @@ class WriteLock(_RWSide):
         return self
 
 
-class ReadWriteLock(Primitive):
-    """Many readers or one writer on ``name``, across every process.
-
-    ``read()`` and ``write()`` return a handle used like a ``Lock`` (``with``,
-    ``acquire``, ``release``, ``extend``, ``owned``, ``fencing_token``), built
-    with this lock's options. A holder is a handle in one thread; handles are
-    not reentrant: a thread that holds the write side and asks for either side
-    again waits for itself until its blocking timeout.
-
-    Guarantees, as long as Redis keeps its data: a writer never overlaps any
-    other holder; readers overlap each other; holds are granted in arrival
-    order, except that readers arriving together are admitted together, and a
-    queued writer stops later readers, so it gets in once the readers ahead of
-    it leave. Every hold has a lease renewed by the watchdog.
-    """
+class _ReadWriteLockBase(Primitive):
+    """The options shared by both sides; ``read()`` and ``write()`` build the handles."""
 
     kind = "rwlock"
     parts = _PARTS
@@ -112,6 +99,23 @@ class ReadWriteLock(Primitive):
             "using": using,
         }
 
+
+class ReadWriteLock(_ReadWriteLockBase):
+    """Many readers or one writer on ``name``, across every process.
+
+    ``read()`` and ``write()`` return a handle used like a ``Lock`` (``with``,
+    ``acquire``, ``release``, ``extend``, ``owned``, ``fencing_token``), built
+    with this lock's options. A holder is a handle in one thread; handles are
+    not reentrant: a thread that holds the write side and asks for either side
+    again waits for itself until its blocking timeout.
+
+    Guarantees, as long as Redis keeps its data: a writer never overlaps any
+    other holder; readers overlap each other; holds are granted in arrival
+    order, except that readers arriving together are admitted together, and a
+    queued writer stops later readers, so it gets in once the readers ahead of
+    it leave. Every hold has a lease renewed by the watchdog.
+    """
+
     def read(self) -> ReadLock:
         """A handle on the shared (read) side."""
         return ReadLock(self.name, **self._options)
@@ -123,3 +127,44 @@ class ReadWriteLock(Primitive):
     def holders(self) -> list[HolderInfo]:
         """Every live holder, with ``mode`` ``"read"`` or ``"write"``."""
         return self.read().holders()
+
+
+class AsyncReadLock(_RWSide, AsyncPermitPrimitive):
+    """The shared side of an ``AsyncReadWriteLock``."""
+
+    token_mode = "r"
+    mode = "reading"
+
+    async def __aenter__(self) -> AsyncReadLock:
+        await super().__aenter__()
+        return self
+
+
+class AsyncWriteLock(_RWSide, AsyncPermitPrimitive):
+    """The exclusive side of an ``AsyncReadWriteLock``."""
+
+    token_mode = "w"
+    mode = "writing"
+
+    async def __aenter__(self) -> AsyncWriteLock:
+        await super().__aenter__()
+        return self
+
+
+class AsyncReadWriteLock(_ReadWriteLockBase):
+    """``ReadWriteLock`` whose handles use ``await`` and ``async with``; same guarantees.
+
+    A holder is a handle in one asyncio task.
+    """
+
+    def read(self) -> AsyncReadLock:
+        """A handle on the shared (read) side."""
+        return AsyncReadLock(self.name, **self._options)
+
+    def write(self) -> AsyncWriteLock:
+        """A handle on the exclusive (write) side."""
+        return AsyncWriteLock(self.name, **self._options)
+
+    async def holders(self) -> list[HolderInfo]:
+        """Every live holder, with ``mode`` ``"read"`` or ``"write"``."""
+        return await self.read().holders()

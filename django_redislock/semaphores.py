@@ -16,9 +16,12 @@ two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
+import weakref
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -32,6 +35,7 @@ from .base import (
     check_seconds,
     holder_description,
     new_token,
+    wait_seconds,
     wait_turn,
 )
 from .exceptions import LockLostError
@@ -87,14 +91,38 @@ def as_text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-class PermitPrimitive(Primitive):
+@dataclass
+class _Attempt:
+    """Everything one acquire needs, resolved once before the first round trip."""
+
+    client: Any
+    chunk: float
+    keys: list[str]
+    sigprefix: str
+    lease: float
+    may_wait: bool
+    deadline: float | None
+    begun: float
+    token: str
+    holder: str
+    since: int
+    args: list[Any]
+    auto_renew: bool
+
+    @property
+    def queue_keys(self) -> list[str]:
+        return self.keys[2:4]
+
+
+class PermitBase(Primitive):
     """A primitive whose holders each get a permit: its own token and lease.
 
     Their keys are, in this order: the holder ZSET (the main part, see
     ``scripts/_permits.lua``), the fencing counter, the wait queue and its
-    deadlines. Subclasses name their parts and scripts; the acquire script answers
-    ``{1, fence}`` or ``{0, retry hint}`` (or a subclass-specific status), the
-    release script ``1`` (released) or ``0`` (the lease was already gone).
+    deadlines. Subclasses name their parts and scripts; the acquire script
+    answers ``{1, fence}`` or ``{0, retry hint}`` (or a subclass-specific
+    status), the release script ``1`` (released) or ``0`` (the lease was
+    already gone). The sync and async APIs share everything but the I/O.
     """
 
     acquire_script: Script
@@ -103,10 +131,6 @@ class PermitPrimitive(Primitive):
     token_mode = ""
     #: Carried by every holder's member (a Semaphore's limit; 0 when unused).
     _limit = 0
-
-    def __init__(self, name: str, **options: Any) -> None:
-        super().__init__(name, **options)
-        self._local = threading.local()
 
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return args
@@ -118,13 +142,9 @@ class PermitPrimitive(Primitive):
         """A status other than granted or refused: raise the matching error."""
         raise RuntimeError(f"unexpected answer {status!r} from {self.acquire_script!r}")
 
-    # holder state
-
     def _stack(self) -> list[Holding]:
-        stack: list[Holding] | None = getattr(self._local, "stack", None)
-        if stack is None or (stack and stack[0].pid != os.getpid()):
-            stack = self._local.stack = []  # new thread, or inherited through fork()
-        return stack
+        """This holder's permits, latest last."""
+        raise NotImplementedError
 
     @property
     def fencing_token(self) -> int | None:
@@ -132,17 +152,7 @@ class PermitPrimitive(Primitive):
         stack = self._stack()
         return stack[-1].fencing_token if stack else None
 
-    # acquire
-
-    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
-        """Take a permit; ``False`` when none could be had in time.
-
-        Raises ``LockBackendError`` when Redis cannot be reached.
-        """
-        return self._acquire(blocking, blocking_timeout) is None
-
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+    def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
         settings = self._settings()
         client, chunk = self._client_and_chunk(settings)
         keys, sigprefix = self._key_set(settings.key_prefix)
@@ -150,7 +160,6 @@ class PermitPrimitive(Primitive):
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         token = self.token_mode + new_token()
         begun = time.monotonic()
-        deadline = None if budget is None else begun + budget
         holder = holder_description()
         since = int(time.time() * 1000)  # for display only, never for ordering
         args = self._acquire_args(
@@ -165,80 +174,71 @@ class PermitPrimitive(Primitive):
                 since,
             ]
         )
-        queue_keys = keys[2:4]
-        script = self.acquire_script
-        status, value, started, queued = wait_turn(
-            lambda: script(client, keys, args),
-            lambda: self._leave_queue(client, queue_keys, sigprefix, token),
+        return _Attempt(
             client=client,
-            signal_key=sigprefix + token,
             chunk=chunk,
+            keys=keys,
+            sigprefix=sigprefix,
+            lease=lease,
             may_wait=may_wait,
-            deadline=deadline,
-            name=self.name,
+            deadline=None if budget is None else begun + budget,
+            begun=begun,
+            token=token,
+            holder=holder,
+            since=since,
+            args=args,
+            auto_renew=self._auto_renew(settings),
         )
+
+    def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
+        """Record the outcome; ``None`` when granted, else the retry hint in ms."""
         if status != GRANTED:
             if status != REFUSED:
-                if queued:
-                    self._leave_queue(client, queue_keys, sigprefix, token)
                 self._on_status(status, value)
             signals.lock_contended.send(
-                sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
+                sender=type(self),
+                name=self.name,
+                kind=self.kind,
+                waited=time.monotonic() - attempt.begun,
             )
             return value
+        member = f"{attempt.token}:{value}:{self._limit}:{attempt.since}:{attempt.holder}"
         holding = Holding(
             sender=type(self),
             name=self.name,
             kind=self.kind,
-            token=f"{token}:{value}:{self._limit}:{since}:{holder}",  # its member in the ZSET
-            client=client,
-            lease=lease,
+            token=member,  # what identifies the permit in the holder ZSET
+            client=attempt.client,
+            lease=attempt.lease,
             started=started,
             fencing_token=value,
             renew_script=PERMIT_EXTEND,
-            keys=keys[:1],
-            sigprefix=sigprefix,
+            keys=attempt.keys[:1],
+            sigprefix=attempt.sigprefix,
         )
         self._stack().append(holding)
-        if self._auto_renew(settings):
+        if attempt.auto_renew:
             watchdog.watch(holding)
         signals.lock_acquired.send(
             sender=type(self),
             name=self.name,
             kind=self.kind,
-            waited=started - begun,
+            waited=started - attempt.begun,
             fencing_token=value,
         )
         return None
 
-    def _leave_queue(self, client: Any, queue_keys: list[str], sigprefix: str, token: str) -> None:
-        with backend.translate_errors(self.name):
-            QUEUE_CANCEL(client, queue_keys, [token, sigprefix])
+    def _release_call(self, holding: Holding) -> tuple[list[str], list[Any]]:
+        """Keys and arguments of the release script, under the prefix the permit was taken."""
+        main = holding.keys[0]
+        assert isinstance(main, str)  # permits keep their keys as str
+        stem = main[: -len(self.parts[0])]  # "<prefix>:{<name>}:"
+        return (
+            [main, stem + self.parts[2], stem + self.parts[3]],
+            self._release_args(holding.token, holding.sigprefix),
+        )
 
-    # release, extend, inspect
-
-    def release(self) -> None:
-        """Return this holder's latest permit.
-
-        Raises ``LockNotOwnedError`` when this holder holds none, and
-        ``LockLostError`` when its lease ended (or was cleared) before the release.
-        """
-        stack = self._stack()
-        if not stack:
-            raise self._not_owned()
-        holding = stack.pop()
-        keys, _ = self._key_set(self._settings().key_prefix)
-        try:
-            result = self.release_script(
-                holding.client,
-                [keys[0], keys[2], keys[3]],
-                self._release_args(holding.token, holding.sigprefix),
-            )
-        except BaseException as exc:
-            holding.end()  # the lease frees the permit if Redis was not told
-            if isinstance(exc, backend.BACKEND_ERRORS):
-                raise backend.backend_error(self.name, exc) from exc
-            raise
+    def _after_release(self, holding: Holding, result: int) -> None:
         if not result:
             holding.mark_lost("the lease was gone when the holder released it")
         lost = holding.lost
@@ -252,6 +252,87 @@ class PermitPrimitive(Primitive):
             held=time.monotonic() - holding.acquired_at,
         )
 
+    def _after_extend(self, holding: Holding, result: int, lease: float, started: float) -> None:
+        if not result:
+            holding.mark_lost("the lease was gone when the holder extended it")
+            raise self._lost(holding)
+        holding.lease_deadline = started + lease
+
+    def _describe_keys(self) -> tuple[Any, list[str]]:
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        return self._client(settings), [keys[0], keys[2]]
+
+    def _owns(self, holders: list[HolderInfo]) -> bool:
+        stack = self._stack()
+        if not stack:
+            return False
+        token = stack[-1].token.split(":", 1)[0]
+        return any(info.token == token for info in holders)
+
+
+class PermitPrimitive(PermitBase):
+    """The synchronous API of a permit primitive; a holder is the object in one thread."""
+
+    def __init__(self, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._local = threading.local()
+
+    def _stack(self) -> list[Holding]:
+        stack: list[Holding] | None = getattr(self._local, "stack", None)
+        if stack is None or (stack and stack[0].pid != os.getpid()):
+            stack = self._local.stack = []  # new thread, or inherited through fork()
+        return stack
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take a permit; ``False`` when none could be had in time.
+
+        Raises ``LockBackendError`` when Redis cannot be reached.
+        """
+        return self._acquire(blocking, blocking_timeout) is None
+
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+        attempt = self._begin(blocking, blocking_timeout)
+        client, keys, args, script = attempt.client, attempt.keys, attempt.args, self.acquire_script
+        status, value, started, queued = wait_turn(
+            lambda: script(client, keys, args),
+            lambda: self._leave_queue(attempt),
+            client=client,
+            signal_key=attempt.sigprefix + attempt.token,
+            chunk=attempt.chunk,
+            may_wait=attempt.may_wait,
+            deadline=attempt.deadline,
+            name=self.name,
+        )
+        if status not in (GRANTED, REFUSED) and queued:
+            self._leave_queue(attempt)
+        return self._finish(attempt, status, value, started)
+
+    def _leave_queue(self, attempt: _Attempt) -> None:
+        with backend.translate_errors(self.name):
+            QUEUE_CANCEL(attempt.client, attempt.queue_keys, [attempt.token, attempt.sigprefix])
+
+    def release(self) -> None:
+        """Return this holder's latest permit.
+
+        Raises ``LockNotOwnedError`` when this holder holds none, and
+        ``LockLostError`` when its lease ended (or was cleared) before the release.
+        """
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack.pop()
+        keys, args = self._release_call(holding)
+        try:
+            result = self.release_script(holding.client, keys, args)
+        except BaseException as exc:
+            holding.end()  # the lease frees the permit if Redis was not told
+            if isinstance(exc, backend.BACKEND_ERRORS):
+                raise backend.backend_error(self.name, exc) from exc
+            raise
+        self._after_release(holding, result)
+
     def extend(self, seconds: float | None = None) -> None:
         """Reset the lease of this holder's latest permit to ``seconds`` from now."""
         stack = self._stack()
@@ -262,31 +343,18 @@ class PermitPrimitive(Primitive):
         started = time.monotonic()
         with backend.translate_errors(self.name):
             result = PERMIT_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
-        if not result:
-            holding.mark_lost("the lease was gone when the holder extended it")
-            raise self._lost(holding)
-        holding.lease_deadline = started + lease
+        self._after_extend(holding, result, lease, started)
 
     def owned(self) -> bool:
         """Whether this holder's latest permit is live, according to Redis."""
-        stack = self._stack()
-        if not stack:
-            return False
-        token = stack[-1].token.split(":", 1)[0]
-        return any(info.token == token for info in self.holders())
-
-    def _describe(self) -> list[Any]:
-        settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
-        with backend.translate_errors(self.name):
-            reply: list[Any] = PERMIT_DESCRIBE(self._client(settings), [keys[0], keys[2]], [])
-        return reply
+        return bool(self._stack()) and self._owns(self.holders())
 
     def holders(self) -> list[HolderInfo]:
         """Every live holder: token, ``host:pid:thread``, seconds of lease left, fence."""
-        return parse_holders(self._describe(), mode_from_token=bool(self.token_mode))
-
-    # context manager
+        client, keys = self._describe_keys()
+        with backend.translate_errors(self.name):
+            reply = PERMIT_DESCRIBE(client, keys, [])
+        return parse_holders(reply, mode_from_token=bool(self.token_mode))
 
     def __enter__(self) -> Any:
         retry = self._acquire(None, None)
@@ -306,20 +374,131 @@ class PermitPrimitive(Primitive):
             self._exit_error(error, exc_type, exc)
 
 
-class Semaphore(PermitPrimitive):
-    """At most ``limit`` holders of ``name`` at once, across every process.
+class AsyncPermitPrimitive(PermitBase):
+    """The asyncio API of a permit primitive; a holder is the object in one task.
 
-    Guarantees, as long as Redis keeps its data: never more than ``limit``
-    live permits; permits go to waiters in arrival order, ordered and expired
-    by the Redis server's clock (client clocks are never consulted); each
-    permit has a lease (``timeout``), so a holder that died gives its permit
-    back when the lease ends, while the watchdog renews live holders
-    (``auto_renew``). A permit lost anyway is reported (``lock_lost``,
-    ``LockLostError``).
-
-    Every user of a name must agree on ``limit``: acquiring with a limit that
-    differs from the one in use raises ``ValueError``.
+    Round trips go through ``AsyncLock``'s connection mirror, so a waiting
+    coroutine blocks no thread; the watchdog thread renews the permits.
     """
+
+    def __init__(self, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._stacks: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _stack(self) -> list[Holding]:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError(f"{type(self).__name__} must be used from inside an asyncio task.")
+        stack = self._stacks.get(task)
+        if stack is None or (stack and stack[0].pid != os.getpid()):
+            stack = self._stacks[task] = []
+        return stack
+
+    async def acquire(
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
+    ) -> bool:
+        """Take a permit; ``False`` when none could be had in time."""
+        return await self._acquire(blocking, blocking_timeout) is None
+
+    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        from .async_locks import AsyncConnection
+
+        attempt = self._begin(blocking, blocking_timeout)
+        conn = AsyncConnection(attempt.client)
+        cancel_args = [attempt.token, attempt.sigprefix]
+        queued = False
+        with backend.translate_errors(self.name):
+            try:
+                while True:
+                    started = time.monotonic()
+                    status, value = await conn.run(self.acquire_script, attempt.keys, attempt.args)
+                    if status != REFUSED:
+                        break
+                    queued = attempt.may_wait
+                    deadline = attempt.deadline
+                    if not queued or (deadline is not None and time.monotonic() >= deadline):
+                        break
+                    await conn.call(
+                        "blpop",
+                        [attempt.sigprefix + attempt.token],
+                        timeout=wait_seconds(value, attempt.chunk, deadline),
+                    )
+                if queued and status != GRANTED:
+                    await conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args)
+            except BaseException:
+                if queued:
+                    await asyncio.shield(conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args))
+                raise
+        return self._finish(attempt, int(status), int(value), started)
+
+    async def release(self) -> None:
+        """Return this holder's latest permit (see ``Semaphore.release``)."""
+        from .async_locks import AsyncConnection
+
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack.pop()
+        keys, args = self._release_call(holding)
+        try:
+            with backend.translate_errors(self.name):
+                result = await AsyncConnection(holding.client).run(self.release_script, keys, args)
+        except BaseException:
+            holding.end()
+            raise
+        self._after_release(holding, result)
+
+    async def extend(self, seconds: float | None = None) -> None:
+        """Reset the lease of this holder's latest permit to ``seconds`` from now."""
+        from .async_locks import AsyncConnection
+
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack[-1]
+        lease = check_seconds(seconds, "seconds") or holding.lease
+        started = time.monotonic()
+        with backend.translate_errors(self.name):
+            result = await AsyncConnection(holding.client).run(
+                PERMIT_EXTEND, holding.keys, [holding.token, int(lease * 1000)]
+            )
+        self._after_extend(holding, result, lease, started)
+
+    async def owned(self) -> bool:
+        """Whether this holder's latest permit is live, according to Redis."""
+        return bool(self._stack()) and self._owns(await self.holders())
+
+    async def holders(self) -> list[HolderInfo]:
+        """Every live holder (see ``Semaphore.holders``)."""
+        from .async_locks import AsyncConnection
+
+        client, keys = self._describe_keys()
+        with backend.translate_errors(self.name):
+            reply = await AsyncConnection(client).run(PERMIT_DESCRIBE, keys, [])
+        return parse_holders(reply, mode_from_token=bool(self.token_mode))
+
+    async def __aenter__(self) -> Any:
+        retry = await self._acquire(None, None)
+        if retry is not None:
+            raise self._timeout_error(retry)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.release()
+        except LockLostError as error:
+            self._exit_error(error, exc_type, exc)
+
+
+class SemaphoreBase(PermitBase):
+    """What ``Semaphore`` and ``AsyncSemaphore`` share: the limit, keys and scripts."""
 
     kind = "semaphore"
     parts = ("semaphore", "sem:fence", "sem:queue", "sem:deadlines")
@@ -348,7 +527,7 @@ class Semaphore(PermitPrimitive):
         self.limit = self._limit = check_limit(limit)
 
     def __repr__(self) -> str:
-        return f"<Semaphore {self.name!r} limit={self.limit}>"
+        return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
 
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return [*args, self.limit]
@@ -365,6 +544,33 @@ class Semaphore(PermitPrimitive):
             )
         super()._on_status(status, value)
 
+
+class Semaphore(SemaphoreBase, PermitPrimitive):
+    """At most ``limit`` holders of ``name`` at once, across every process.
+
+    Guarantees, as long as Redis keeps its data: never more than ``limit``
+    live permits; permits go to waiters in arrival order, ordered and expired
+    by the Redis server's clock (client clocks are never consulted); each
+    permit has a lease (``timeout``), so a holder that died gives its permit
+    back when the lease ends, while the watchdog renews live holders
+    (``auto_renew``). A permit lost anyway is reported (``lock_lost``,
+    ``LockLostError``).
+
+    Every user of a name must agree on ``limit``: acquiring with a limit that
+    differs from the one in use raises ``ValueError``.
+    """
+
     def __enter__(self) -> Semaphore:
         super().__enter__()
+        return self
+
+
+class AsyncSemaphore(SemaphoreBase, AsyncPermitPrimitive):
+    """``Semaphore`` with ``await sem.acquire()`` and ``async with sem:``; same guarantees.
+
+    A holder is the object in one asyncio task.
+    """
+
+    async def __aenter__(self) -> AsyncSemaphore:
+        await super().__aenter__()
         return self

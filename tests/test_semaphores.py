@@ -25,9 +25,12 @@ def _skewed_clock(skew: float) -> Any:
     return mock.patch("time.time", side_effect=lambda: real() + skew)
 
 
-def _gauge_worker(name: str, limit: int, cycles: int, gauge: Gauge, skew: float) -> None:
+def _gauge_worker(
+    name: str, limit: int, cycles: int, gauge: Gauge, skew: float, start: Any
+) -> None:
     with _skewed_clock(skew):
         sem = Semaphore(name, limit, timeout=10, blocking_timeout=60)
+        start.wait(60)  # all workers run at once, however slowly they were spawned
         for _ in range(cycles):
             with sem, gauge.inside() as inside:
                 assert inside <= limit
@@ -183,9 +186,9 @@ def test_context_manager_times_out_with_retry_after() -> None:
 
 
 def test_watchdog_renews_permits_past_their_lease() -> None:
-    sem = Semaphore("wd", 1, timeout=0.3, auto_renew=True)
+    sem = Semaphore("wd", 1, timeout=0.6, auto_renew=True)
     with sem:
-        time.sleep(1.0)
+        time.sleep(1.5)
         assert sem.owned()
         assert not Semaphore("wd", 1).acquire(blocking=False)
 
@@ -261,7 +264,8 @@ def test_skewed_client_clock_cannot_steal_a_permit() -> None:
 def test_gauge_never_exceeds_limit_and_reaches_it() -> None:
     gauge = Gauge()
     limit, workers, cycles = 3, 6, 40
-    with processes(_gauge_worker, [("g", limit, cycles, gauge, 0.0)] * workers):
+    start = CTX.Barrier(workers)
+    with processes(_gauge_worker, [("g", limit, cycles, gauge, 0.0, start)] * workers):
         pass
     assert gauge.entries == workers * cycles
     assert gauge.peak == limit
@@ -272,7 +276,8 @@ def test_skewed_clocks_over_grant_nothing() -> None:
     """Workers whose clocks are minutes apart share the permits exactly as without skew."""
     gauge = Gauge()
     skews = [-300.0, 0.0, 300.0, 900.0, -900.0]
-    with processes(_gauge_worker, [("sk", 2, 30, gauge, skew) for skew in skews]):
+    start = CTX.Barrier(len(skews))
+    with processes(_gauge_worker, [("sk", 2, 30, gauge, skew, start) for skew in skews]):
         pass
     assert gauge.entries == len(skews) * 30
     assert gauge.peak == 2
@@ -303,7 +308,7 @@ def test_grant_order_is_arrival_order(redis_client: redis.Redis) -> None:
 @pytest.mark.usefixtures("real_redis")
 def test_killed_holder_permit_returns_after_its_lease() -> None:
     ready = CTX.Event()
-    lease = 1.0
+    lease = 2.0
     proc = _start(_hold_forever, "dead", lease, ready)
     try:
         assert ready.wait(30)
@@ -318,3 +323,41 @@ def test_killed_holder_permit_returns_after_its_lease() -> None:
         assert waited <= lease + 2.5, waited
     finally:
         _reap([proc])
+
+
+def test_unreachable_redis_raises_backend_error() -> None:
+    from django.test import override_settings
+
+    from django_redislock import LockBackendError
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches), pytest.raises(LockBackendError) as info:
+        Semaphore("down", 2).acquire()
+    assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+
+
+def test_dead_waiter_at_the_front_is_skipped(redis_client: redis.Redis) -> None:
+    redis_client.zadd("redislock:{skip}:sem:queue", {"deadbeef": 1})
+    redis_client.hset("redislock:{skip}:sem:deadlines", "deadbeef", 1)  # presumed dead long ago
+    sem = Semaphore("skip", 1)
+    assert sem.acquire(blocking=False)
+    assert not redis_client.exists("redislock:{skip}:sem:queue")
+    sem.release()
+
+
+def test_live_waiter_at_the_front_is_not_overtaken(redis_client: redis.Redis) -> None:
+    redis_client.zadd("redislock:{wait}:sem:queue", {"cafe": 1})
+    redis_client.hset("redislock:{wait}:sem:deadlines", "cafe", 2**50)  # alive, on its way
+    assert not Semaphore("wait", 1).acquire(blocking=False)
+    assert redis_client.llen("redislock:{wait}:signal:cafe") == 1  # and it was woken
+    assert Semaphore("wait", 2).acquire(blocking=False)  # a second permit is for the next
+
+
+def test_lock_and_semaphore_of_one_name_are_independent() -> None:
+    from django_redislock import Lock
+
+    with Lock("same"), Semaphore("same", 1) as sem:
+        assert sem.owned()
+        assert not Semaphore("same", 1).acquire(blocking=False)
