@@ -312,3 +312,16 @@ def test_overlapping_carts_in_opposite_orders_do_not_deadlock() -> None:
     with processes(buy_carts, [([a.pk, b.pk, c.pk], 100), ([c.pk, b.pk, a.pk], 100)]):
         pass
     assert (stock(a), stock(b), stock(c)) == (800, 800, 800)
+
+
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "update-then-select"])
+def test_both_write_paths(monkeypatch: pytest.MonkeyPatch, returning: bool) -> None:
+    if not returning:
+        monkeypatch.setattr(inventory, "_update_returning_sql", lambda *args: None)
+    gadget = Gadget.objects.create(on_hand=3)
+    assert gadget.deduct(2) == 1
+    with pytest.raises(InsufficientStock) as info:
+        gadget.deduct(2)
+    assert info.value.available == 1
+    assert Gadget.deduct_many({gadget: 1}) == {gadget.pk: 0}
+    assert Gadget.objects.get(pk=gadget.pk).on_hand == 0
