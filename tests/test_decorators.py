@@ -329,3 +329,13 @@ def test_nested_async_calls_nest() -> None:
 
     assert asyncio.run(outer("a")) is True
     assert not Lock("job:a").locked()
+
+
+def test_async_function_that_raises_releases_the_lock() -> None:
+    @require_lock("job:<job>")
+    async def run(job: str) -> None:
+        raise KeyError(job)
+
+    with pytest.raises(KeyError):
+        asyncio.run(run("boom"))
+    assert not Lock("job:boom").locked()
