@@ -339,3 +339,20 @@ def test_async_function_that_raises_releases_the_lock() -> None:
     with pytest.raises(KeyError):
         asyncio.run(run("boom"))
     assert not Lock("job:boom").locked()
+
+
+@pytest.mark.slow
+def test_workers_merging_one_machine_record_lose_nothing(
+    redis_client: Any, real_redis: None
+) -> None:
+    import json
+
+    from tests.decorator_workers import merge_many
+    from tests.procs import processes
+
+    sources = ["hardware", "services", "assets", "offline"]
+    with processes(merge_many, [(7, source, 50) for source in sources]):
+        pass
+    record = json.loads(redis_client.get("machine-record:7") or "{}")
+    merged = {source: len(values) for source, values in record.items()}
+    assert merged == dict.fromkeys(sources, 50)
