@@ -160,3 +160,12 @@ def test_with_block_reports_a_lost_part(redis_client: redis.Redis) -> None:
     with pytest.raises(LockLostError), MultiLock(["a", "b"], auto_renew=False):
         redis_client.delete("redislock:{a}:lock")
     assert not Lock("b").locked()
+
+
+def test_reentrant_per_holder_like_lock() -> None:
+    multi = MultiLock(["a", "b"])
+    with multi:
+        with multi:
+            assert multi.owned()
+        assert Lock("a").locked() and Lock("b").locked()
+    assert not multi.locked()
