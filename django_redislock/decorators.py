@@ -21,6 +21,7 @@ import inspect
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from http import HTTPStatus
 from typing import Any, Literal, TypeVar, cast
 
@@ -31,7 +32,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from .async_locks import AsyncLock
 from .base import check_alias, check_name, check_seconds
 from .exceptions import LockTimeout
-from .locks import Lock
+from .locks import Lock, LockBase
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -49,6 +50,29 @@ class _Missing:
 
 
 _MISSING = _Missing()
+
+#: The locks ``require_lock`` holds in the current thread or task, so that a
+#: decorated call nested in another one with the same lock name nests the
+#: lock instead of waiting for itself until its blocking timeout.
+_held: ContextVar[tuple[tuple[str, str | None, LockBase], ...]] = ContextVar(
+    "django_redislock_require_lock_held", default=()
+)
+
+L = TypeVar("L", Lock, AsyncLock)
+
+
+def _held_lock(kind: type[L], name: str, using: str | None) -> L | None:
+    for held_name, held_using, lock in _held.get():
+        # _holding() is per thread (Lock) or per task (AsyncLock): a copied
+        # context in another thread or task does not count as holding
+        if (
+            held_name == name
+            and held_using == using
+            and isinstance(lock, kind)
+            and lock._holding() is not None
+        ):
+            return lock
+    return None
 
 
 def _parse(template: object) -> list[str | tuple[str, ...]]:
@@ -238,18 +262,21 @@ def require_lock(
 
             async def _async_view(*args: Any, **kwargs: Any) -> Any:
                 name, request = lock_name(args, kwargs)
-                lock = AsyncLock(
+                lock = _held_lock(AsyncLock, name, using) or AsyncLock(
                     name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
                 )
                 retry = await lock._acquire(None, None)
                 if retry is not None:
                     answer = contended(request, lock._timeout_error(retry))
                     return await answer if inspect.isawaitable(answer) else answer
+                token = _held.set((*_held.get(), (name, using, lock)))
                 try:
                     result = await func(*args, **kwargs)
                 except BaseException as exc:
                     await lock.__aexit__(type(exc), exc, exc.__traceback__)
                     raise
+                finally:
+                    _held.reset(token)
                 await lock.__aexit__(None, None, None)
                 return result
 
@@ -258,15 +285,20 @@ def require_lock(
 
         def _view(*args: Any, **kwargs: Any) -> Any:
             name, request = lock_name(args, kwargs)
-            lock = Lock(name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
+            lock = _held_lock(Lock, name, using) or Lock(
+                name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
+            )
             retry = lock._acquire(None, None)
             if retry is not None:
                 return contended(request, lock._timeout_error(retry))
+            token = _held.set((*_held.get(), (name, using, lock)))
             try:
                 result = func(*args, **kwargs)
             except BaseException as exc:
                 lock.__exit__(type(exc), exc, exc.__traceback__)
                 raise
+            finally:
+                _held.reset(token)
             lock.__exit__(None, None, None)
             return result
 

@@ -141,6 +141,32 @@ def _hold_until_transaction_end(names: list[str], using: str, options: Mapping[s
     holds.hold(multi.locks)
 
 
+def _update_returning_sql(
+    model: type[InventoryMixin], connection: BaseDatabaseWrapper
+) -> str | None:
+    """The guarded UPDATE with ``RETURNING`` where the database has it, else ``None``."""
+    if connection.vendor == "postgresql":
+        pass
+    elif connection.vendor == "sqlite":
+        import sqlite3
+
+        if sqlite3.sqlite_version_info < (3, 35):
+            return None
+    else:
+        return None
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    stock_field = model._meta.get_field(model.stock_field)
+    pk_field = model._meta.pk
+    assert isinstance(stock_field, models.Field)
+    assert pk_field is not None
+    column, pk = quote(str(stock_field.column)), quote(str(pk_field.column))
+    return (
+        f"UPDATE {table} SET {column} = {column} - %s "
+        f"WHERE {pk} = %s AND {column} >= %s RETURNING {column}"
+    )
+
+
 class InventoryMixin(models.Model):
     """An abstract model for anything with a stock count.
 
@@ -251,13 +277,30 @@ class InventoryMixin(models.Model):
                 using,
                 cls.inventory_lock_options,
             )
+            connection = transaction.get_connection(using)
+            returning = _update_returning_sql(cls, connection)
+            pk_field = cls._meta.pk
+            assert pk_field is not None
             left: dict[Any, int] = {}
             for pk in sorted(quantities, key=str):
                 quantity = quantities[pk]
-                changed = manager.filter(pk=pk, **{f"{field}__gte": quantity}).update(
-                    **{field: F(field) - quantity}
-                )
-                stock = manager.filter(pk=pk).values_list(field, flat=True).first()
+                stock: int | None = None
+                if returning is not None:
+                    # one round trip inside the lock instead of two
+                    with connection.cursor() as cursor:
+                        db_pk = pk_field.get_db_prep_value(pk, connection)
+                        cursor.execute(returning, [quantity, db_pk, quantity])
+                        row = cursor.fetchone()
+                    changed = row is not None
+                    stock = row[0] if row is not None else None
+                else:
+                    changed = bool(
+                        manager.filter(pk=pk, **{f"{field}__gte": quantity}).update(
+                            **{field: F(field) - quantity}
+                        )
+                    )
+                if stock is None:
+                    stock = manager.filter(pk=pk).values_list(field, flat=True).first()
                 if not changed:
                     raise cls._insufficient(pk, stock, quantity)
                 assert stock is not None

@@ -30,7 +30,7 @@ class Gadget(InventoryMixin):
 
     stock_field = "on_hand"
     stock = None  # type: ignore[assignment]
-    on_hand = models.PositiveIntegerField(default=0)
+    on_hand = models.PositiveIntegerField(default=0, db_column="On Hand")  # quoting
     inventory_lock_options = {"blocking_timeout": 0.2}
 
 

@@ -268,3 +268,91 @@ def test_malformed_templates(template: object, error: type[Exception]) -> None:
 def test_bad_options(kwargs: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
         require_lock("x", **kwargs)
+
+
+# --- nesting ----------------------------------------------------------------------
+
+
+def test_nested_calls_with_the_same_name_nest_instead_of_waiting() -> None:
+    @require_lock("account:<account_id>", blocking_timeout=0.2)
+    def inner(account_id: int) -> bool:
+        return Lock(f"account:{account_id}").locked()
+
+    @require_lock("account:<account_id>", blocking_timeout=0.2)
+    def outer(account_id: int) -> tuple[bool, bool]:
+        first = inner(account_id)  # would be LockTimeout without nesting
+        return first, Lock(f"account:{account_id}").locked()
+
+    assert outer(1) == (True, True)  # still held after the inner call returned
+    assert not Lock("account:1").locked()
+
+
+def test_another_thread_does_not_reuse_the_callers_lock() -> None:
+    import contextvars
+    import threading
+
+    results: list[object] = []
+
+    @require_lock("job:<job>", blocking_timeout=0.1)
+    def run(job: str) -> str:
+        return "ran"
+
+    @require_lock("job:<job>")
+    def outer(job: str) -> None:
+        context = contextvars.copy_context()  # what asgiref's sync_to_async does
+
+        def in_thread() -> None:
+            try:
+                results.append(context.run(run, job))
+            except LockTimeout as exc:
+                results.append(exc)
+
+        thread = threading.Thread(target=in_thread)
+        thread.start()
+        thread.join()
+
+    outer("x")
+    assert len(results) == 1
+    assert isinstance(results[0], LockTimeout)
+
+
+def test_nested_async_calls_nest() -> None:
+    from django_redislock import AsyncLock
+
+    @require_lock("job:<job>", blocking_timeout=0.2)
+    async def inner(job: str) -> bool:
+        return await AsyncLock(f"job:{job}").locked()
+
+    @require_lock("job:<job>", blocking_timeout=0.2)
+    async def outer(job: str) -> bool:
+        return await inner(job)
+
+    assert asyncio.run(outer("a")) is True
+    assert not Lock("job:a").locked()
+
+
+def test_async_function_that_raises_releases_the_lock() -> None:
+    @require_lock("job:<job>")
+    async def run(job: str) -> None:
+        raise KeyError(job)
+
+    with pytest.raises(KeyError):
+        asyncio.run(run("boom"))
+    assert not Lock("job:boom").locked()
+
+
+@pytest.mark.slow
+def test_workers_merging_one_machine_record_lose_nothing(
+    redis_client: Any, real_redis: None
+) -> None:
+    import json
+
+    from tests.decorator_workers import merge_many
+    from tests.procs import processes
+
+    sources = ["hardware", "services", "assets", "offline"]
+    with processes(merge_many, [(7, source, 50) for source in sources]):
+        pass
+    record = json.loads(redis_client.get("machine-record:7") or "{}")
+    merged = {source: len(values) for source, values in record.items()}
+    assert merged == dict.fromkeys(sources, 50)

@@ -312,3 +312,28 @@ def test_overlapping_carts_in_opposite_orders_do_not_deadlock() -> None:
     with processes(buy_carts, [([a.pk, b.pk, c.pk], 100), ([c.pk, b.pk, a.pk], 100)]):
         pass
     assert (stock(a), stock(b), stock(c)) == (800, 800, 800)
+
+
+@pytest.mark.parametrize("returning", [True, False], ids=["returning", "update-then-select"])
+def test_both_write_paths(monkeypatch: pytest.MonkeyPatch, returning: bool) -> None:
+    if not returning:
+        monkeypatch.setattr(inventory, "_update_returning_sql", lambda *args: None)
+    gadget = Gadget.objects.create(on_hand=3)
+    assert gadget.deduct(2) == 1
+    with pytest.raises(InsufficientStock) as info:
+        gadget.deduct(2)
+    assert info.value.available == 1
+    assert Gadget.deduct_many({gadget: 1}) == {gadget.pk: 0}
+    assert Gadget.objects.get(pk=gadget.pk).on_hand == 0
+
+
+def test_a_lease_lost_before_commit_does_not_break_the_commit(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        item.deduct()
+        redis_client.delete(f"redislock:{{{lock_of(item).name}}}:lock")  # an operator clears it
+    assert stock(item) == 4  # committed all the same: the guarded write kept it right
+    assert "after the transaction ended" in caplog.text
+    assert watchdog.watching() == 0

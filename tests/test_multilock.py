@@ -135,3 +135,37 @@ def test_opposite_orders_in_two_processes_never_deadlock(
     with processes(_cycle, [(["a", "b"], 500, "count"), (["b", "a"], 500, "count")]):
         pass
     assert int(redis_client.get("count") or 0) == 1000
+
+
+def test_per_call_options_and_waiting_without_a_deadline() -> None:
+    from django.test import override_settings
+
+    other = Lock("b", timeout=20)
+    other.acquire()
+    multi = MultiLock(["a", "b"])
+    assert multi.acquire(blocking=False) is False
+    assert multi.acquire(blocking_timeout=0.05) is False
+    other.release()
+    with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": None}):
+        assert multi.acquire()  # waits for ever if need be: no deadline
+    multi.extend(60)
+    ttls = [lock.ttl() for lock in multi.locks]
+    assert all(t is not None and 30 < t <= 60 for t in ttls)
+    multi.release()
+
+
+def test_with_block_reports_a_lost_part(redis_client: redis.Redis) -> None:
+    from django_redislock import LockLostError
+
+    with pytest.raises(LockLostError), MultiLock(["a", "b"], auto_renew=False):
+        redis_client.delete("redislock:{a}:lock")
+    assert not Lock("b").locked()
+
+
+def test_reentrant_per_holder_like_lock() -> None:
+    multi = MultiLock(["a", "b"])
+    with multi:
+        with multi:
+            assert multi.owned()
+        assert Lock("a").locked() and Lock("b").locked()
+    assert not multi.locked()
