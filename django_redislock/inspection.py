@@ -147,17 +147,29 @@ class LockKind:
     def clear_many(self, client: Any, prefix: str, names: Sequence[str]) -> list[int]:
         from .scripts import CLEAR_LOCK
 
-        CLEAR_LOCK.ensure_loaded(client)
-        per_call = 1 if backend.is_cluster(client) else SCRIPT_BATCH
-        pipe = client.pipeline(transaction=False)
-        for start in range(0, len(names), per_call):
-            chunk = names[start : start + per_call]
-            keys = [
+        def keys_of(chunk: Sequence[str]) -> list[str]:
+            return [
                 backend.key(prefix, name, part)
                 for name in chunk
                 for part in ("lock", "queue", "deadlines")
             ]
-            CLEAR_LOCK.queue(pipe, keys, [backend.key(prefix, n, "signal:") for n in chunk])
+
+        def signals_of(chunk: Sequence[str]) -> list[str]:
+            return [backend.key(prefix, n, "signal:") for n in chunk]
+
+        if backend.is_cluster(client):
+            # A script may not span hash slots, and redis-py refuses scripts in
+            # cluster pipelines: one call per name, each routed to its slot.
+            return [
+                int(n)
+                for name in names
+                for n in CLEAR_LOCK(client, keys_of([name]), signals_of([name]))
+            ]
+        CLEAR_LOCK.ensure_loaded(client)
+        pipe = client.pipeline(transaction=False)
+        for start in range(0, len(names), SCRIPT_BATCH):
+            chunk = names[start : start + SCRIPT_BATCH]
+            CLEAR_LOCK.queue(pipe, keys_of(chunk), signals_of(chunk))
         return [int(n) for reply in pipe.execute() for n in reply]
 
 
