@@ -8,6 +8,7 @@ their own processes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -20,7 +21,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redislock import Lock, LockBackendError, LockLostError, fenced_update
+from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError, fenced_update
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
 from tests.faultproxy import FaultProxy
@@ -303,6 +304,40 @@ def test_slow_redis_gives_backend_error_and_leaves_nothing_behind(
     # No renewal thread is left running for the failed holders.
     _wait_no_watchdog()
     assert threading.active_count() <= threads_before
+
+
+def test_async_lock_through_a_slow_and_partitioned_redis(
+    proxy: FaultProxy, redis_client: redis.Redis
+) -> None:
+    lease = 1.5
+
+    async def main() -> tuple[list[str], float, float]:
+        proxy.latency = 1.0
+        with pytest.raises(LockBackendError) as info:
+            await AsyncLock("aslow", timeout=lease).acquire()
+        assert info.value.__cause__ is not None
+        proxy.heal()
+        held = AsyncLock("apart", timeout=lease, auto_renew=True)
+        with capture(lock_signals.lock_lost) as lost:
+            assert await held.acquire(blocking=False)
+            holding = held._holding()
+            assert holding is not None
+            proxy.blackhole()
+            deadline = time.monotonic() + lease * 4
+            while not lost and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            told_at = time.monotonic()
+        proxy.heal()
+        with pytest.raises(LockLostError):
+            await held.release()
+        return [call["name"] for call in lost], told_at, holding.lease_deadline
+
+    with override_settings(CACHES={"default": cache_through(proxy.url)}):
+        names, told_at, lease_deadline = asyncio.run(main())
+    assert names == ["apart"]
+    assert told_at <= lease_deadline + 0.1  # polled every 50 ms
+    for name in ("aslow", "apart"):
+        assert Lock(name, timeout=5, blocking_timeout=lease + 3).acquire()
 
 
 def test_cut_connections_are_reconnected_transparently(
