@@ -125,6 +125,7 @@ def soak(url: str, cycles: int, use_async: bool, trace: bool) -> int:
     run = async_cycles if use_async else sync_cycles
     client = redis.Redis.from_url(url)
     keys_before = client.dbsize()
+    connections_before = client.info("clients")["connected_clients"]
     threads_before = threading.active_count()
     print(f"soak: {cycles:,} {'AsyncLock' if use_async else 'Lock'} cycles against {url}")
     print(f"  start: {keys_before} keys, {threads_before} threads")
@@ -174,9 +175,12 @@ def soak(url: str, cycles: int, use_async: bool, trace: bool) -> int:
         time.sleep(0.1)
     thread_wait = time.monotonic() - waited_from
     threads_after = threading.active_count()
+    # the library's own pooled connection (one, reused) is expected to stay open
+    connections_after = client.info("clients")["connected_clients"]
     client.close()
 
     print(f"  keys:    {keys_before} -> {keys_after} (counters expired after {key_wait:.1f} s)")
+    print(f"  Redis connections: {connections_before} -> {connections_after} (pool keeps 1)")
     print(
         f"  threads: {threads_before} -> {threads_after} "
         f"(watchdog exited after {thread_wait:.1f} s)"
@@ -189,6 +193,8 @@ def soak(url: str, cycles: int, use_async: bool, trace: bool) -> int:
     problems = []
     if keys_after != keys_before:
         problems.append(f"{keys_after - keys_before} keys left in Redis")
+    if connections_after > connections_before + 1:
+        problems.append(f"{connections_after - connections_before} Redis connections open")
     if threads_after != threads_before:
         problems.append(f"{threads_after - threads_before} threads left running")
     if object_growth > OBJECT_SLACK:
