@@ -297,6 +297,13 @@ class ExclusiveMachine(RuleBasedStateMachine):
         assert inspection.clear(self.client, PREFIX, self.name) == 1
         self._lease_gone()
 
+    @precondition(lambda self: self.owner is not None)
+    @rule(i=holder)
+    def expire_and_take(self, i: int) -> None:
+        """The lease runs out and another holder gets in at once: the stale-holder race."""
+        self.expire()
+        self.acquire(i)
+
     @rule()
     def lose_all_data(self) -> None:
         """What a restart without persistence does: every key of the name is gone."""
