@@ -214,6 +214,31 @@ def test_redis_restart_loses_locks_and_fences_keep_increasing(
         fresh.release()
 
 
+# --- clock jumps -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jump", [-3600.0, 3600.0])
+def test_client_wall_clock_jumps_change_nothing(
+    jump: float, monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
+) -> None:
+    """Leases, order and fences come from Redis's clock and the client's monotonic clock."""
+    with Lock("clock") as lock:
+        before = lock.fencing_token
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + jump)
+    holder = Lock("clock", timeout=5, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    assert before is not None and holder.fencing_token is not None
+    assert holder.fencing_token > before
+    remaining = redis_client.pttl(lock_key("clock"))
+    assert 4000 < remaining <= 5000  # the lease is what was asked, whatever the wall clock
+    assert not Lock("clock").acquire(blocking=False)
+    holder.release()
+    after = Lock("clock", auto_renew=False)
+    assert after.acquire(blocking=False)
+    after.release()
+
+
 # --- a paused holder -------------------------------------------------------------------
 
 
