@@ -193,6 +193,30 @@ def test_redis_restart_loses_locks_and_fences_keep_increasing(
             assert holder.fencing_token is not None
             before.append(holder.fencing_token)
 
+        outcome: list[str] = []
+
+        def wait_for_c() -> None:
+            waiter = Lock("r:c", timeout=30, auto_renew=False, blocking_timeout=15)
+            try:
+                if waiter.acquire():
+                    outcome.append("acquired")
+                    waiter.release()
+                else:
+                    outcome.append("timed out")
+            except LockBackendError:
+                outcome.append("LockBackendError")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+
+        waiting = threading.Thread(target=wait_for_c)
+        waiting.start()
+        probe = server.client()
+        deadline = time.monotonic() + 10
+        while not probe.zcard(lock_key("r:c").replace(":lock", ":queue")):
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.01)
+        probe.close()
+
         server.restart()  # SIGKILL, then an empty server on the same port
 
         fresh = Lock("r:a", timeout=30, auto_renew=False)
@@ -207,6 +231,9 @@ def test_redis_restart_loses_locks_and_fences_keep_increasing(
         while len({call["name"] for call in lost}) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)  # the watchdog reports on its own schedule
         assert {call["name"] for call in lost} >= {"r:a", "r:b", "r:c"}
+        waiting.join(30)
+        # a waiter caught by the restart gets the lock (its data is gone) or a clear error
+        assert outcome in (["acquired"], ["LockBackendError"]), outcome
         for holder in holders:
             with pytest.raises(LockLostError):
                 holder.release()
