@@ -17,7 +17,6 @@ import contextlib
 import inspect
 import threading
 import time
-import weakref
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -226,18 +225,51 @@ _NOT_MIRRORED = frozenset({"retry", "redis_connect_func", "self", "parser_class"
 _SYNC_ONLY_PREFIXES = ("maint_notifications", "oss_cluster_maint_notifications", "orig_")
 
 
+class _LoopClients:
+    """One event loop's asyncio clients, closed while that loop shuts down.
+
+    ``asyncio.run`` and asgiref's ``async_to_sync`` finalise a loop's async
+    generators before closing it; one generator per loop, parked at its
+    ``yield``, closes the clients' connections there. Without it a loop per
+    call (async views under WSGI) would leak a loop and a Redis connection
+    per call.
+    """
+
+    def __init__(self, owner: _AsyncClients, loop: asyncio.AbstractEventLoop) -> None:
+        self.clients: dict[int, tuple[Any, Any]] = {}
+        self.retired: list[Any] = []
+        closer = self._close_at_shutdown(owner, loop)
+        self._closer = closer
+        self._started = loop.create_task(self._start(closer))
+
+    @staticmethod
+    async def _start(closer: AsyncIterator[None]) -> None:
+        await closer.__anext__()  # first iteration registers it with the loop
+
+    async def _close_at_shutdown(
+        self, owner: _AsyncClients, loop: asyncio.AbstractEventLoop
+    ) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            owner._forget(loop, self)
+            for client in [*(c for _, c in self.clients.values()), *self.retired]:
+                with contextlib.suppress(Exception):
+                    await client.connection_pool.disconnect()
+
+
 class _AsyncClients:
     """asyncio clients mirroring sync pools, one per (event loop, pool).
 
-    asyncio connections belong to the loop that opened them, so the cache is
-    keyed weakly by loop and forgets a loop when it is garbage collected.
+    asyncio connections belong to the loop that opened them. A loop's clients
+    are closed and forgotten when the loop shuts down (see ``_LoopClients``);
+    a loop closed without that step is forgotten the next time a loop needs a
+    client, and its sockets close when it is garbage collected.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Any]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._by_loop: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
 
     def get(self, sync_client: Any) -> Any | None:
         pool = getattr(sync_client, "connection_pool", None)
@@ -245,15 +277,34 @@ class _AsyncClients:
             return None
         loop = asyncio.get_running_loop()
         with self._lock:
-            per_loop = self._by_loop.setdefault(loop, {})
-            found = per_loop.get(id(pool))
+            entry = self._by_loop.get(loop)
+            found = entry.clients.get(id(pool)) if entry is not None else None
             if found is not None and found[0] is pool:
                 return found[1]
         client = self._build(pool)
-        if client is not None:
-            with self._lock:
-                per_loop[id(pool)] = (pool, client)
+        if client is None:
+            return None
+        # No await since the lookup: no other task of this loop got in between.
+        with self._lock:
+            entry = self._by_loop.get(loop)
+            if entry is None:
+                for closed in [other for other in self._by_loop if other.is_closed()]:
+                    del self._by_loop[closed]
+                entry = self._by_loop[loop] = _LoopClients(self, loop)
+            replaced = entry.clients.get(id(pool))
+            if replaced is not None:  # a pool that was replaced (new settings)
+                entry.retired.append(replaced[1])
+            entry.clients[id(pool)] = (pool, client)
         return client
+
+    def _forget(self, loop: asyncio.AbstractEventLoop, entry: _LoopClients) -> None:
+        with self._lock:
+            if self._by_loop.get(loop) is entry:
+                del self._by_loop[loop]
+
+    def loops(self) -> int:
+        """How many event loops have clients now (for tests and soaks)."""
+        return len(self._by_loop)
 
     @staticmethod
     def _build(pool: Any) -> Any | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from django_redislock import AsyncLock, Lock
 
@@ -19,3 +20,19 @@ def test_async_lock_round_trip_through_the_native_asyncio_client() -> None:
         return token
 
     assert isinstance(asyncio.run(main()), int)
+
+
+def test_a_loop_per_call_leaks_neither_connections_nor_loops(redis_client: Any) -> None:
+    """Async views under WSGI run each request in a new event loop (async_to_sync)."""
+    from django_redislock import backend
+
+    async def once(i: int) -> None:
+        async with AsyncLock(f"loop:{i}", timeout=5):
+            pass
+
+    asyncio.run(once(-1))  # the sync pool's own connection exists from here on
+    connected = redis_client.info("clients")["connected_clients"]
+    for i in range(10):
+        asyncio.run(once(i))
+    assert redis_client.info("clients")["connected_clients"] <= connected
+    assert backend._async_clients.loops() == 0

@@ -8,6 +8,7 @@ their own processes.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import signal
@@ -20,7 +21,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redislock import Lock, LockBackendError, LockLostError, fenced_update
+from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError, fenced_update
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
 from tests.faultproxy import FaultProxy
@@ -59,6 +60,8 @@ def proxy(redis_url: str) -> Iterator[FaultProxy]:
 def quick_idle_watchdog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Let the watchdog thread exit soon after its last lease, and wait for it."""
     monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    with watchdog_module.watchdog._cond:  # an idle thread re-reads IDLE_EXIT at once
+        watchdog_module.watchdog._cond.notify_all()
     _wait_no_watchdog()
     yield
     _wait_no_watchdog()
@@ -190,6 +193,30 @@ def test_redis_restart_loses_locks_and_fences_keep_increasing(
             assert holder.fencing_token is not None
             before.append(holder.fencing_token)
 
+        outcome: list[str] = []
+
+        def wait_for_c() -> None:
+            waiter = Lock("r:c", timeout=30, auto_renew=False, blocking_timeout=15)
+            try:
+                if waiter.acquire():
+                    outcome.append("acquired")
+                    waiter.release()
+                else:
+                    outcome.append("timed out")
+            except LockBackendError:
+                outcome.append("LockBackendError")
+            except BaseException as exc:
+                outcome.append(repr(exc))
+
+        waiting = threading.Thread(target=wait_for_c)
+        waiting.start()
+        probe = server.client()
+        deadline = time.monotonic() + 10
+        while not probe.zcard(lock_key("r:c").replace(":lock", ":queue")):
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.01)
+        probe.close()
+
         server.restart()  # SIGKILL, then an empty server on the same port
 
         fresh = Lock("r:a", timeout=30, auto_renew=False)
@@ -204,11 +231,39 @@ def test_redis_restart_loses_locks_and_fences_keep_increasing(
         while len({call["name"] for call in lost}) < 3 and time.monotonic() < deadline:
             time.sleep(0.05)  # the watchdog reports on its own schedule
         assert {call["name"] for call in lost} >= {"r:a", "r:b", "r:c"}
+        waiting.join(30)
+        # a waiter caught by the restart gets the lock (its data is gone) or a clear error
+        assert outcome in (["acquired"], ["LockBackendError"]), outcome
         for holder in holders:
             with pytest.raises(LockLostError):
                 holder.release()
         assert fresh.owned(), "a stale holder released the lock taken after the restart"
         fresh.release()
+
+
+# --- clock jumps -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("jump", [-3600.0, 3600.0])
+def test_client_wall_clock_jumps_change_nothing(
+    jump: float, monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
+) -> None:
+    """Leases, order and fences come from Redis's clock and the client's monotonic clock."""
+    with Lock("clock") as lock:
+        before = lock.fencing_token
+    real_time = time.time
+    monkeypatch.setattr(time, "time", lambda: real_time() + jump)
+    holder = Lock("clock", timeout=5, auto_renew=False)
+    assert holder.acquire(blocking=False)
+    assert before is not None and holder.fencing_token is not None
+    assert holder.fencing_token > before
+    remaining = redis_client.pttl(lock_key("clock"))
+    assert 4000 < remaining <= 5000  # the lease is what was asked, whatever the wall clock
+    assert not Lock("clock").acquire(blocking=False)
+    holder.release()
+    after = Lock("clock", auto_renew=False)
+    assert after.acquire(blocking=False)
+    after.release()
 
 
 # --- a paused holder -------------------------------------------------------------------
@@ -303,6 +358,40 @@ def test_slow_redis_gives_backend_error_and_leaves_nothing_behind(
     # No renewal thread is left running for the failed holders.
     _wait_no_watchdog()
     assert threading.active_count() <= threads_before
+
+
+def test_async_lock_through_a_slow_and_partitioned_redis(
+    proxy: FaultProxy, redis_client: redis.Redis
+) -> None:
+    lease = 1.5
+
+    async def main() -> tuple[list[str], float, float]:
+        proxy.latency = 1.0
+        with pytest.raises(LockBackendError) as info:
+            await AsyncLock("aslow", timeout=lease).acquire()
+        assert info.value.__cause__ is not None
+        proxy.heal()
+        held = AsyncLock("apart", timeout=lease, auto_renew=True)
+        with capture(lock_signals.lock_lost) as lost:
+            assert await held.acquire(blocking=False)
+            holding = held._holding()
+            assert holding is not None
+            proxy.blackhole()
+            deadline = time.monotonic() + lease * 4
+            while not lost and time.monotonic() < deadline:
+                await asyncio.sleep(0.05)
+            told_at = time.monotonic()
+        proxy.heal()
+        with pytest.raises(LockLostError):
+            await held.release()
+        return [call["name"] for call in lost], told_at, holding.lease_deadline
+
+    with override_settings(CACHES={"default": cache_through(proxy.url)}):
+        names, told_at, lease_deadline = asyncio.run(main())
+    assert names == ["apart"]
+    assert told_at <= lease_deadline + 0.1  # polled every 50 ms
+    for name in ("aslow", "apart"):
+        assert Lock(name, timeout=5, blocking_timeout=lease + 3).acquire()
 
 
 def test_cut_connections_are_reconnected_transparently(

@@ -109,15 +109,13 @@ class EventLoopThread:
         return asyncio.run_coroutine_threadsafe(_coro(coro), self.loop).result(30)
 
     def close(self) -> None:
-        async def close_clients() -> None:
-            per_loop = lock_backend._async_clients._by_loop.get(self.loop, {})
-            for _, client in list(per_loop.values()):
-                await client.aclose()
+        async def shut_down() -> None:
             for task in asyncio.all_tasks():
                 if task is not asyncio.current_task():
                     task.cancel()
+            await self.loop.shutdown_asyncgens()  # closes the lock's asyncio clients
 
-        self.run(close_clients())
+        self.run(shut_down())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
         self.loop.close()
@@ -298,6 +296,13 @@ class ExclusiveMachine(RuleBasedStateMachine):
         """An operator force-releases it."""
         assert inspection.clear(self.client, PREFIX, self.name) == 1
         self._lease_gone()
+
+    @precondition(lambda self: self.owner is not None)
+    @rule(i=holder)
+    def expire_and_take(self, i: int) -> None:
+        """The lease runs out and another holder gets in at once: the stale-holder race."""
+        self.expire()
+        self.acquire(i)
 
     @rule()
     def lose_all_data(self) -> None:
