@@ -10,6 +10,7 @@ thread. Leases are renewed by the process's one watchdog thread, as for
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 import weakref
@@ -23,6 +24,8 @@ from .exceptions import LockLostError
 from .locks import ACQUIRED, NOT_OURS, LockBase, parse_lock_value
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL, Script
 from .watchdog import watchdog
+
+logger = logging.getLogger(__name__)
 
 
 class AsyncConnection:
@@ -131,7 +134,8 @@ class AsyncLock(LockBase):
                     if not may_wait or (deadline is not None and time.monotonic() >= deadline):
                         if queued:
                             await conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix])
-                        signals.lock_contended.send(
+                        signals.notify(
+                            signals.lock_contended,
                             sender=type(self),
                             name=self.name,
                             kind=self.kind,
@@ -143,8 +147,7 @@ class AsyncLock(LockBase):
                     )
                     self._waited(args, begun)
             except BaseException:
-                if queued:
-                    await asyncio.shield(conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix]))
+                await asyncio.shield(self._clean_up(conn, keys, token, sigprefix, queued))
                 raise
         holding = self._new_holding(
             token, sync_client, lease, started, value, keys, sigprefix, settings.stats
@@ -152,7 +155,8 @@ class AsyncLock(LockBase):
         self._holdings[self._task()] = holding
         if self._auto_renew(settings):
             watchdog.watch(holding)
-        signals.lock_acquired.send(
+        signals.notify(
+            signals.lock_acquired,
             sender=type(self),
             name=self.name,
             kind=self.kind,
@@ -161,11 +165,28 @@ class AsyncLock(LockBase):
         )
         return None
 
+    async def _clean_up(
+        self, conn: AsyncConnection, keys: list[str], token: str, sigprefix: str, queued: bool
+    ) -> None:
+        """After an interrupted acquire (a cancelled task, a timeout): leave the
+        queue, and undo a grant Redis may have made just before the interruption,
+        which would otherwise hold the lock for a lease with nobody to release it.
+        Best effort: a Redis error here must not replace the original exception."""
+        cleanups = [(LOCK_RELEASE, [keys[0], keys[2], keys[3]], [token, sigprefix])]
+        if queued:
+            cleanups.insert(0, (QUEUE_CANCEL, keys[2:4], [token, sigprefix]))
+        for script, script_keys, args in cleanups:
+            try:
+                await conn.run(script, script_keys, args)
+            except backend.BACKEND_ERRORS as exc:
+                logger.debug("Could not clean up an interrupted acquire of %r: %s", self.name, exc)
+
     async def release(self) -> None:
         """Release one level of the current task's hold (see ``Lock.release``)."""
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
+        holding.releasing = holding.depth <= 1
         conn = AsyncConnection(holding.client)
         try:
             try:

@@ -379,14 +379,17 @@ def run_on_all(
             results[index] = exc
             continue
         pending.append((index, client, pool, conn))
-    deadline = None if timeout is None else time.monotonic() + timeout
+    sent = time.monotonic()
     for index, client, pool, conn in pending:
+        # A stalled server may cost at most its own socket timeout, never the
+        # whole ``timeout``: the healthy majority's answers are still in time.
+        limit = _reply_limit(timeout, pool.connection_kwargs.get("socket_timeout"))
         retry = False
         try:
-            if deadline is not None and not conn.can_read(
-                timeout=max(0.0, deadline - time.monotonic())
+            if limit is not None and not conn.can_read(
+                timeout=max(0.0, sent + limit - time.monotonic())
             ):
-                raise redis.TimeoutError(f"no reply within {timeout:.3f}s")
+                raise redis.TimeoutError(f"no reply within {limit:.3f}s")
             results[index] = conn.read_response()
         except NoScriptError:
             retry = True
@@ -398,6 +401,11 @@ def run_on_all(
         if retry:  # first use of the script on this server
             results[index] = _run_one(client, script, keys, args)
     return results
+
+
+def _reply_limit(timeout: float | None, socket_timeout: float | None) -> float | None:
+    limits = [t for t in (timeout, socket_timeout) if t]
+    return min(limits) if limits else None
 
 
 def _pool_connection(pool: Any) -> Any:

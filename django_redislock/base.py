@@ -72,6 +72,17 @@ def check_name(name: object, argument: str = "name") -> str:
     return name
 
 
+#: The shortest lease: Redis counts leases in whole milliseconds.
+MIN_LEASE = 0.001
+
+
+def check_lease(value: object, argument: str = "timeout") -> float | None:
+    seconds = check_seconds(value, argument)
+    if seconds is not None and seconds < MIN_LEASE:
+        raise ValueError(f"{argument} must be at least {MIN_LEASE} s (1 ms), got {value!r}.")
+    return seconds
+
+
 def check_seconds(
     value: object, argument: str, *, allow_none: bool = True, allow_zero: bool = False
 ) -> float | None:
@@ -139,6 +150,7 @@ class Holding:
         "lost",
         "name",
         "pid",
+        "releasing",
         "renew_args",
         "renew_interval",
         "renew_script",
@@ -183,6 +195,7 @@ class Holding:
         self.sigprefix = sigprefix
         self.renew_args = [token, int(lease * 1000)]
         self.active = True
+        self.releasing = False
         self.lost: str | None = None
 
     def renew(self) -> bool:
@@ -194,14 +207,18 @@ class Holding:
         if result:
             self.lease_deadline = started + self.lease
             return True
-        return False
+        # A release sent while this renewal was on its way may have run first on
+        # the server: then "not ours" is the release, not a loss; the release's
+        # own answer decides.
+        return self.releasing
 
     def mark_lost(self, reason: str) -> None:
         if not self.active or self.lost is not None:
             return
         self.lost = reason
         self._count_lost()
-        signals.lock_lost.send(
+        signals.notify(
+            signals.lock_lost,
             sender=self.sender,
             name=self.name,
             kind=self.kind,
@@ -252,7 +269,7 @@ class Primitive:
         using: str | None = None,
     ) -> None:
         self.name = check_name(name)
-        self.timeout = check_seconds(timeout, "timeout")
+        self.timeout = check_lease(timeout)
         self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
         self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
         self.auto_renew = check_bool(auto_renew, "auto_renew")
@@ -363,6 +380,7 @@ def wait_turn(
     may_wait: bool,
     deadline: float | None,
     name: str,
+    undo: Callable[[], object] | None = None,
 ) -> tuple[int, int, float, bool]:
     """The fair wait loop: ``attempt()`` until it answers other than ``REFUSED``.
 
@@ -371,8 +389,11 @@ def wait_turn(
     signal list, bounded by ``wait_seconds``. Returns ``(status, value,
     started, queued)``, where ``started`` is when the last attempt was sent
     (the lease is measured from there). On giving up it leaves the queue with
-    ``cancel``; on any exception it tries to, and translates Redis failures
-    into ``LockBackendError``.
+    ``cancel``; on any exception it tries to, and also runs ``undo`` (a
+    compare-and-delete by the caller's token): an attempt interrupted after
+    Redis ran it may have been granted, and would otherwise hold the primitive
+    for a whole lease with nobody to release it. Redis failures become
+    ``LockBackendError``.
     """
     queued = False
     try:
@@ -388,11 +409,13 @@ def wait_turn(
                 return REFUSED, int(value), started, queued
             client.blpop([signal_key], timeout=wait_seconds(value, chunk, deadline))
     except BaseException as exc:
-        if queued:
+        for cleanup in (cancel if queued else None, undo):
+            if cleanup is None:
+                continue
             try:
-                cancel()
-            except backend.BACKEND_ERRORS as cancel_exc:
-                logger.debug("Could not leave the wait queue of %r: %s", name, cancel_exc)
+                cleanup()
+            except backend.BACKEND_ERRORS as cleanup_exc:
+                logger.debug("Could not clean up an interrupted wait on %r: %s", name, cleanup_exc)
         if isinstance(exc, backend.BACKEND_ERRORS):
             raise backend.backend_error(name, exc) from exc
         raise

@@ -205,6 +205,31 @@ class _Plan:
         return name
 
 
+def _release_or_hold_until_commit(lock: Lock) -> None:
+    """Release now, or when the enclosing database transaction ends.
+
+    Under ``ATOMIC_REQUESTS`` (or any outer ``atomic()``) the function's writes
+    commit after it returns. Releasing at the return would let the next holder
+    read the row before those writes are visible and overwrite them: the lost
+    update the lock is there to prevent. So the outermost hold is handed to
+    the transaction, which releases it after its commit or rollback.
+    """
+    from django.db import connections
+
+    holding = lock._holding()
+    if holding is not None and holding.depth == 1:
+        for connection in connections.all(initialized_only=True):
+            if connection.in_atomic_block:
+                from .models import TransactionLocks
+
+                holds = TransactionLocks.of(connection)
+                if lock.name not in holds.locks:
+                    holds.hold([lock])
+                    return
+                break
+    lock.__exit__(None, None, None)
+
+
 def _retry_after_header(error: LockTimeout) -> str:
     seconds = error.retry_after
     return str(max(1, math.ceil(seconds))) if seconds else "1"
@@ -299,7 +324,7 @@ def require_lock(
                 raise
             finally:
                 _held.reset(token)
-            lock.__exit__(None, None, None)
+            _release_or_hold_until_commit(lock)
             return result
 
         return cast(F, functools.wraps(func)(_view))

@@ -184,7 +184,8 @@ class LockBase(Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        signals.lock_released.send(
+        signals.notify(
+            signals.lock_released,
             sender=type(self),
             name=self.name,
             kind=self.kind,
@@ -295,10 +296,17 @@ class Lock(LockBase):
             may_wait=may_wait,
             deadline=deadline,
             name=self.name,
+            undo=lambda: LOCK_RELEASE(
+                client, [wire_keys[0], wire_keys[2], wire_keys[3]], [token, wire_sigprefix]
+            ),
         )
         if status != ACQUIRED:
-            signals.lock_contended.send(
-                sender=type(self), name=self.name, kind=self.kind, waited=time.monotonic() - begun
+            signals.notify(
+                signals.lock_contended,
+                sender=type(self),
+                name=self.name,
+                kind=self.kind,
+                waited=time.monotonic() - begun,
             )
             return value
         holding = self._new_holding(
@@ -307,7 +315,8 @@ class Lock(LockBase):
         self._local.holding = holding
         if self._auto_renew(settings):
             watchdog.watch(holding)
-        signals.lock_acquired.send(
+        signals.notify(
+            signals.lock_acquired,
             sender=type(self),
             name=self.name,
             kind=self.kind,
@@ -348,6 +357,7 @@ class Lock(LockBase):
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
+        holding.releasing = holding.depth <= 1
         try:
             try:
                 result = LOCK_RELEASE(

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable
 from types import TracebackType
 
-from .base import check_alias, check_bool, check_name, check_seconds
+from .base import check_alias, check_bool, check_lease, check_name, check_seconds
 from .conf import get_settings
 from .exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
 from .locks import Lock
@@ -62,7 +62,7 @@ class MultiLock:
         if not given:
             raise ValueError("names must contain at least one name.")
         self.names: tuple[str, ...] = tuple(sorted(set(given)))
-        self.timeout = check_seconds(timeout, "timeout")
+        self.timeout = check_lease(timeout)
         self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
         self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
         self.auto_renew = check_bool(auto_renew, "auto_renew")

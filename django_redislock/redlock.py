@@ -40,6 +40,7 @@ from .base import (
     FENCE_MEMORY_MS,
     Holding,
     check_bool,
+    check_lease,
     check_name,
     check_seconds,
     holder_description,
@@ -65,6 +66,16 @@ _PARTS = ("redlock", "redlock-fence", "redlock-queue", "redlock-deadlines")
 def drift(lease: float) -> float:
     """The clock-drift allowance for ``lease`` seconds."""
     return lease * DRIFT_FACTOR + DRIFT_FIXED
+
+
+def reply_timeout(lease: float, allowance: float) -> float:
+    """How long to wait for any one server: small beside the lease.
+
+    The Redlock algorithm asks for a per-server timeout much shorter than the
+    lease, so that one stalled server (a minority) cannot eat the validity the
+    majority granted; 5% of the lease, at least 250 ms for a loaded machine.
+    """
+    return max(min(lease - allowance, max(0.25, lease * 0.05)), 0.001)
 
 
 def quorum(count: int) -> int:
@@ -116,7 +127,7 @@ class RedlockHolding(Holding):
             LOCK_EXTEND,
             [self.lock_key],
             [self.token, int(lease * 1000)],
-            timeout=lease - drift(lease),
+            timeout=reply_timeout(lease, drift(lease)),
         )
         extended = sum(1 for r in results if r == 1)
         refused = sum(1 for r in results if r == 0)
@@ -132,7 +143,7 @@ class RedlockHolding(Holding):
     def renew(self) -> bool:
         if not self.active:
             return True
-        return self.extend_all(self.lease)
+        return self.extend_all(self.lease) or self.releasing
 
 
 def _too_few_error(name: str, results: list[Any], action: str) -> LockBackendError:
@@ -181,7 +192,7 @@ class Redlock:
         using: Sequence[str] | None = None,
     ) -> None:
         self.name = check_name(name)
-        self.timeout = check_seconds(timeout, "timeout")
+        self.timeout = check_lease(timeout)
         self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
         self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
         self.auto_renew = check_bool(auto_renew, "auto_renew")
@@ -278,7 +289,7 @@ class Redlock:
             started = time.monotonic()
             try:
                 results = backend.run_on_all(
-                    clients, LOCK_ACQUIRE, keys, args, timeout=lease - allowance
+                    clients, LOCK_ACQUIRE, keys, args, timeout=reply_timeout(lease, allowance)
                 )
             except BaseException:  # interrupted mid-way: undo wherever it may have landed
                 self._release_quietly(clients, keys, token, [None] * len(clients))
@@ -294,8 +305,12 @@ class Redlock:
             retry_after = self._retry_after(results, needed)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                signals.lock_contended.send(
-                    sender=type(self), name=self.name, kind=self.kind, waited=now - begun
+                signals.notify(
+                    signals.lock_contended,
+                    sender=type(self),
+                    name=self.name,
+                    kind=self.kind,
+                    waited=now - begun,
                 )
                 return retry_after
             pause = random.uniform(0.5, 1.0) * delay
@@ -322,7 +337,8 @@ class Redlock:
         self._local.holding = holding
         if self.auto_renew if self.auto_renew is not None else settings.auto_renew:
             watchdog.watch(holding)
-        signals.lock_acquired.send(
+        signals.notify(
+            signals.lock_acquired,
             sender=type(self),
             name=self.name,
             kind=self.kind,
@@ -405,6 +421,7 @@ class Redlock:
             holding.depth -= 1
             return
         self._local.holding = None
+        holding.releasing = True
         watchdog.unwatch(holding)
         results = backend.run_on_all(
             holding.clients,
@@ -423,7 +440,8 @@ class Redlock:
             raise self._lost(holding)
         if released < needed:
             raise _too_few_error(self.name, results, "release")
-        signals.lock_released.send(
+        signals.notify(
+            signals.lock_released,
             sender=type(self),
             name=self.name,
             kind=self.kind,

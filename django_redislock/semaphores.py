@@ -195,7 +195,8 @@ class PermitBase(Primitive):
         if status != GRANTED:
             if status != REFUSED:
                 self._on_status(status, value)
-            signals.lock_contended.send(
+            signals.notify(
+                signals.lock_contended,
                 sender=type(self),
                 name=self.name,
                 kind=self.kind,
@@ -219,7 +220,8 @@ class PermitBase(Primitive):
         self._stack().append(holding)
         if attempt.auto_renew:
             watchdog.watch(holding)
-        signals.lock_acquired.send(
+        signals.notify(
+            signals.lock_acquired,
             sender=type(self),
             name=self.name,
             kind=self.kind,
@@ -245,7 +247,8 @@ class PermitBase(Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        signals.lock_released.send(
+        signals.notify(
+            signals.lock_released,
             sender=type(self),
             name=self.name,
             kind=self.kind,
@@ -323,6 +326,7 @@ class PermitPrimitive(PermitBase):
         if not stack:
             raise self._not_owned()
         holding = stack.pop()
+        holding.releasing = True
         keys, args = self._release_call(holding)
         try:
             result = self.release_script(holding.client, keys, args)
@@ -441,6 +445,7 @@ class AsyncPermitPrimitive(PermitBase):
         if not stack:
             raise self._not_owned()
         holding = stack.pop()
+        holding.releasing = True
         keys, args = self._release_call(holding)
         try:
             with backend.translate_errors(self.name):

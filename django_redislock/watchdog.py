@@ -109,7 +109,10 @@ class Watchdog:
                         self._cond.wait(earliest - now)
                     continue
             for holding in due_now:
-                self._renew(holding)
+                try:
+                    self._renew(holding)
+                except Exception:  # the thread renews every lease: it must survive anything
+                    logger.exception("Lease renewal crashed")
 
     def _renew(self, holding: Renewable) -> None:
         started = time.monotonic()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
@@ -297,3 +298,24 @@ def test_interrupted_acquire_leaves_nothing_held(
         Redlock("interrupted").acquire()
     assert interrupted
     assert holders(redlock_servers, "interrupted") == [None] * 5
+
+
+def test_a_stalled_minority_costs_a_short_reply_timeout_not_the_lease(
+    redlock_servers: RedlockServers,
+) -> None:
+    """A server that accepts the request but never answers (SIGSTOP) must not eat
+    the validity the healthy majority granted, nor stall the shared watchdog."""
+    lock = Redlock("stalled", timeout=10)
+    assert lock.acquire()  # connections to every server are open now
+    lock.release()
+    stalled = redlock_servers.servers[0].process
+    assert stalled is not None
+    stalled.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        assert lock.acquire(blocking_timeout=0)
+        took = time.monotonic() - started
+        assert took < 2.0, f"acquire waited {took:.2f}s for the stalled server"
+        lock.release()
+    finally:
+        stalled.send_signal(signal.SIGCONT)

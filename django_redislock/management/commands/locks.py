@@ -239,10 +239,15 @@ class Command(BaseCommand):
         self._release(client, prefix, targets)
 
     def _confirm(self) -> bool:
-        answer = input(
-            "Their holders will lose them (LockLostError). Type 'yes' to continue, "
-            "or 'no' to cancel: "
-        )
+        try:
+            answer = input(
+                "Their holders will lose them (LockLostError). Type 'yes' to continue, "
+                "or 'no' to cancel: "
+            )
+        except (EOFError, KeyboardInterrupt) as exc:
+            raise CommandError(
+                "Cancelled: no confirmation (use --noinput to clear without asking)."
+            ) from exc
         return answer.strip().lower() == "yes"
 
     def _release(self, client: Any, prefix: str, targets: list[HeldInfo]) -> None:

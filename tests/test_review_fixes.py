@@ -1,0 +1,149 @@
+"""Regressions found in review: receivers that raise, a renewal racing a release,
+and acquires interrupted after Redis granted them."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+import redis
+
+from django_redislock import AsyncLock, Lock, async_locks, locks
+from django_redislock import signals as lock_signals
+from django_redislock.watchdog import watchdog
+
+
+def _raise(**kwargs: Any) -> None:
+    raise RuntimeError("a broken receiver")
+
+
+def test_a_raising_lock_lost_receiver_does_not_kill_the_watchdog(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    told = threading.Event()
+    lock_signals.lock_lost.connect(_raise, weak=False)
+    lock_signals.lock_lost.connect(lambda **kw: told.set(), weak=False, dispatch_uid="told")
+    try:
+        doomed, survivor = Lock("doomed", timeout=0.6), Lock("survivor", timeout=0.6)
+        doomed.acquire()
+        survivor.acquire()
+        redis_client.delete("redislock:{doomed}:lock")
+        assert told.wait(5)
+        # the same thread keeps renewing the other lease well past its length
+        threading.Event().wait(1.5)
+        assert survivor.owned()
+        survivor.release()
+        assert "a broken receiver" in caplog.text
+    finally:
+        lock_signals.lock_lost.disconnect(_raise)
+        lock_signals.lock_lost.disconnect(dispatch_uid="told")
+
+
+def test_a_raising_lock_acquired_receiver_leaves_no_lock_held() -> None:
+    lock_signals.lock_acquired.connect(_raise, weak=False)
+    try:
+        with Lock("receiver") as lock:
+            assert lock.owned()
+    finally:
+        lock_signals.lock_acquired.disconnect(_raise)
+    assert not Lock("receiver").locked()
+
+
+def test_a_renewal_that_loses_the_race_with_the_release_is_not_a_loss(
+    redis_client: redis.Redis,
+) -> None:
+    lock = Lock("race", timeout=5)
+    lock.acquire()
+    holding = lock._holding()
+    assert holding is not None
+    holding.releasing = True  # what release() sets before it sends the script
+    redis_client.delete("redislock:{race}:lock")  # the release ran first on the server
+    assert holding.renew() is True
+    assert holding.lost is None
+    holding.end()
+
+
+def test_an_acquire_interrupted_after_the_grant_is_undone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = locks.LOCK_ACQUIRE
+
+    def granted_then_interrupted(*args: Any) -> Any:
+        real(*args)  # Redis granted it...
+        raise KeyboardInterrupt  # ...but the caller never learned
+
+    monkeypatch.setattr(locks, "LOCK_ACQUIRE", granted_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Lock("interrupted").acquire()
+    monkeypatch.undo()
+    assert not Lock("interrupted").locked()
+    assert watchdog.watching() == 0
+
+
+def test_a_cancelled_async_acquire_after_the_grant_is_undone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real_run = async_locks.AsyncConnection.run
+
+    async def granted_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
+        result = await real_run(self, script, keys, args)
+        if script is async_locks.LOCK_ACQUIRE:
+            raise asyncio.CancelledError
+        return result
+
+    monkeypatch.setattr(async_locks.AsyncConnection, "run", granted_then_cancelled)
+
+    async def main() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await AsyncLock("cancelled").acquire()
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert not Lock("cancelled").locked()
+
+
+@pytest.mark.parametrize("timeout", [0.0005, 1e-9])
+def test_a_lease_below_one_millisecond_is_a_value_error(timeout: float) -> None:
+    with pytest.raises(ValueError, match="timeout must be at least"):
+        Lock("tiny", timeout=timeout)
+
+
+def test_clear_without_a_terminal_is_a_command_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.core.management import CommandError, call_command
+
+    def no_terminal(prompt: str = "") -> str:
+        raise EOFError
+
+    monkeypatch.setattr("builtins.input", no_terminal)
+    with Lock("stuck"), pytest.raises(CommandError, match="--noinput"):
+        call_command("locks", "clear", "stuck")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_require_lock_inside_a_transaction_holds_until_commit() -> None:
+    from django.db import transaction
+
+    from django_redislock import require_lock
+
+    @require_lock("account:<pk>")
+    def credit(pk: int) -> None:
+        assert Lock(f"account:{pk}").locked()
+
+    with transaction.atomic():
+        credit(7)
+        # the write made under the lock is not committed yet: still held
+        assert Lock("account:7").locked()
+    assert not Lock("account:7").locked()
+
+    with pytest.raises(ZeroDivisionError), transaction.atomic():
+        credit(8)
+        assert Lock("account:8").locked()
+        1 / 0  # noqa: B018 - roll back
+    assert not Lock("account:8").locked()
+
+    credit(9)  # no transaction: released at once
+    assert not Lock("account:9").locked()
