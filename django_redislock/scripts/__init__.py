@@ -7,6 +7,7 @@ lock value format and the fair wait queue are each written once.
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Sequence
 from importlib import resources
 from typing import Any
@@ -20,6 +21,28 @@ def _read(filename: str) -> str:
     return resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
 
 
+_DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+
+
+def _preludes_for(body: str) -> list[str]:
+    """The preludes ``body`` uses, directly or through another prelude.
+
+    Lua runs a script's whole text on every call, so each prelude function
+    defined costs a closure per call: a script gets only what it calls.
+    """
+    texts = {name: _read(name) for name in _PRELUDES}
+    defined = {name: set(_DEFINED.findall(text)) for name, text in texts.items()}
+    needed: set[str] = set()
+    frontier = body
+    while True:
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", frontier))
+        new = {n for n in _PRELUDES if n not in needed and defined[n] & words}
+        if not new:
+            return [n for n in _PRELUDES if n in needed]
+        needed |= new
+        frontier = "\n".join(texts[n] for n in new)
+
+
 class Script:
     """One Lua script: its text, its SHA1, and how to run it by SHA.
 
@@ -31,7 +54,7 @@ class Script:
     def __init__(self, filename: str, *, prelude: bool = True) -> None:
         body = _read(filename)
         if prelude:
-            body = "\n".join(_read(p) for p in _PRELUDES) + "\n" + body
+            body = "\n".join(_read(p) for p in _preludes_for(body)) + "\n" + body
         self.name = filename
         self.text = body
         self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
