@@ -105,6 +105,20 @@ def _flush_redis(_redis_settings: str) -> Iterator[None]:
     client.close()
 
 
+@pytest.fixture(autouse=True)
+def _end_leaked_holdings() -> Iterator[None]:
+    """A test that fails while holding leaves its holdings in the process's one
+    watchdog; end them, so the next test starts with nothing to renew."""
+    yield
+    from django_redislock.watchdog import watchdog
+
+    with watchdog._cond:
+        leaked = [ref() for ref, _ in watchdog._watched.values()]
+    for holding in leaked:
+        if holding is not None:
+            holding.end()
+
+
 @pytest.fixture
 def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
     """Start extra ``redis-server`` processes; all are stopped after the test."""

@@ -55,7 +55,12 @@ def test_locks_survive_or_report_a_failover(sentinel_group: SentinelGroup) -> No
             timeout=30,
         )
 
-        # New acquisitions work on the new primary.
+        # New acquisitions work on the new primary, once the client finds it (the
+        # sentinels may answer "no master" for a moment after the promotion).
+        wait_until(
+            lambda: _answers(lambda: not Lock("probe").locked()),
+            "the client to find the new primary",
+        )
         with Lock("fresh", blocking_timeout=10) as fresh:
             assert fresh.owned()
         # The replicated lock is still exclusive, and its holder still holds it.
