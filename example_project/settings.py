@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import django
+
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = os.environ.get("SHOP_SECRET_KEY", "example-shop-not-secret")
 DEBUG = True
@@ -57,12 +59,13 @@ DATABASES = {
         # oversell_demo runs several processes on this file: WAL lets readers
         # run beside the one writer. (With ATOMIC_REQUESTS also set
         # "transaction_mode": "IMMEDIATE": see docs/inventory.md, "SQLite".)
-        "OPTIONS": {
-            "timeout": 30,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        },
+        "OPTIONS": {"timeout": 30},
     }
 }
+if django.VERSION >= (5, 1):  # SQLite's init_command arrived in Django 5.1
+    DATABASES["default"]["OPTIONS"]["init_command"] = (  # type: ignore[index]
+        "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
+    )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
 STATIC_URL = "/static/"
