@@ -105,7 +105,9 @@ class AsyncLock(LockBase):
         lease_ms = int(lease * 1000)
         holding = self._holding()
         if holding is not None:
-            args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, settings.stats)
+            args = self._acquire_args(
+                holding.token, lease_ms, "nest", 0, sigprefix, settings.stats_ttl_ms
+            )
             with backend.translate_errors(self.name):
                 status, _ = await conn.run(LOCK_ACQUIRE, keys, args)
             if status == NOT_OURS:
@@ -120,7 +122,9 @@ class AsyncLock(LockBase):
         deadline = None if budget is None else begun + budget
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
-        args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats)
+        args = self._acquire_args(
+            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms
+        )
         signal_key = sigprefix + token
         queued = False
         with backend.translate_errors(self.name):
@@ -150,7 +154,7 @@ class AsyncLock(LockBase):
                 await asyncio.shield(self._clean_up(conn, keys, token, sigprefix, queued))
                 raise
         holding = self._new_holding(
-            token, sync_client, lease, started, value, keys, sigprefix, settings.stats
+            token, sync_client, lease, started, value, keys, sigprefix, settings.stats_ttl_ms
         )
         self._holdings[self._task()] = holding
         if self._auto_renew(settings):

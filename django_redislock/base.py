@@ -46,8 +46,6 @@ WAITER_GRACE_MS = 1000
 #: How long a name's fencing counter lives after it is (re)created. A new
 #: counter starts at the server clock in µs, so forgetting never goes backwards.
 FENCE_MEMORY_MS = 10_000
-#: How long a name's usage counters (``REDISLOCK['STATS']``) outlive their last update.
-STATS_MEMORY_MS = 86_400_000
 
 
 # --- argument checks ------------------------------------------------------------
@@ -157,6 +155,7 @@ class Holding:
         "sender",
         "sigprefix",
         "stats_key",
+        "stats_ttl_ms",
         "token",
     )
 
@@ -175,9 +174,11 @@ class Holding:
         keys: Sequence[str | bytes],
         sigprefix: str | bytes = "",
         stats_key: str | bytes | None = None,
+        stats_ttl_ms: int = 0,
     ) -> None:
         self.sender = sender
         self.stats_key = stats_key
+        self.stats_ttl_ms = stats_ttl_ms
         self.name = name
         self.kind = kind
         self.token = token
@@ -233,7 +234,7 @@ class Holding:
         try:
             pipe = self.client.pipeline(transaction=False)
             pipe.hincrby(self.stats_key, "lost", 1)
-            pipe.pexpire(self.stats_key, STATS_MEMORY_MS)
+            pipe.pexpire(self.stats_key, self.stats_ttl_ms)
             pipe.execute()
         except backend.BACKEND_ERRORS:
             pass

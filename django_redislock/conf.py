@@ -36,6 +36,13 @@ class LockSettings:
     auto_renew: bool
     redlock: tuple[str, ...]
     stats: bool = True
+    #: How long a name's usage counters live after their TTL was last refreshed,
+    #: in ms; 0 when counting is off.
+    stats_ttl_ms: int = 3_600_000
+
+
+#: ``STATS = True`` keeps a name's counters for an hour after its last activity.
+DEFAULT_STATS_TTL = 3600.0
 
 
 @dataclass(frozen=True)
@@ -137,15 +144,26 @@ def validate(raw: object) -> list[Problem]:
                 "A quorum of independent masters needs three or more; five is common.",
             )
         )
-    if not isinstance(merged["STATS"], bool):
+    stats = merged["STATS"]
+    if not isinstance(stats, bool) and (
+        not _is_number(stats) or not math.isfinite(stats) or stats < 0.001
+    ):
         problems.append(
             Problem(
                 "E012",
-                f"REDISLOCK['STATS'] must be True or False, not {merged['STATS']!r}.",
-                "False turns the per-name usage counters off.",
+                f"REDISLOCK['STATS'] must be True, False or a positive number of seconds "
+                f"(how long idle counters are kept), not {stats!r}.",
+                "False turns the per-name usage counters off; True keeps them for an hour.",
             )
         )
     return problems
+
+
+def _stats_ttl_ms(value: bool | float) -> int:
+    if value is False:
+        return 0
+    seconds = DEFAULT_STATS_TTL if value is True else float(value)
+    return max(1, int(seconds * 1000))
 
 
 def _wrapped_settings() -> object:
@@ -184,7 +202,8 @@ class _SettingsCache:
             blocking_timeout=None if blocking is None else float(blocking),
             auto_renew=merged["AUTO_RENEW"],
             redlock=tuple(merged["REDLOCK"]),
-            stats=merged["STATS"],
+            stats=merged["STATS"] is not False,
+            stats_ttl_ms=_stats_ttl_ms(merged["STATS"]),
         )
         self._entry = (wrapped, value)  # one tuple, so readers never see a torn pair
         return value

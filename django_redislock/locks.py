@@ -28,7 +28,6 @@ from typing import Any
 from . import backend, signals
 from .base import (
     FENCE_MEMORY_MS,
-    STATS_MEMORY_MS,
     WAITER_GRACE_MS,
     Holding,
     Primitive,
@@ -46,7 +45,6 @@ logger = logging.getLogger(__name__)
 ACQUIRED, REFUSED, NOT_OURS = 1, 0, -1
 
 _FENCE_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
-_STATS_MEMORY_ARG = b"%d" % STATS_MEMORY_MS
 #: How many argument tails one lock remembers (lease x mode x waiter TTL x prefix).
 _ARG_CACHE_SIZE = 16
 
@@ -116,7 +114,7 @@ class LockBase(Primitive):
         mode: str,
         waiter_ttl_ms: int,
         sigprefix: str,
-        stats: bool,
+        stats_ttl_ms: int,
     ) -> list[Any]:
         tails = self._arg_tails
         if tails is None or len(tails) > _ARG_CACHE_SIZE:
@@ -136,7 +134,7 @@ class LockBase(Primitive):
             holder_description().encode(),
             _FENCE_MEMORY_ARG,
             b"%d" % int(time.time() * 1000),
-            _STATS_MEMORY_ARG if stats else b"0",
+            b"%d" % stats_ttl_ms,
             b"-1",  # waited_ms: first attempt; see _waited
         ]
 
@@ -154,7 +152,7 @@ class LockBase(Primitive):
         fence: int,
         keys: Sequence[str | bytes],
         sigprefix: str | bytes,
-        stats: bool,
+        stats_ttl_ms: int,
     ) -> Holding:
         return Holding(
             sender=type(self),
@@ -168,7 +166,8 @@ class LockBase(Primitive):
             renew_script=LOCK_EXTEND,
             keys=[keys[0], keys[2], keys[3]],
             sigprefix=sigprefix,
-            stats_key=keys[4] if stats else None,
+            stats_key=keys[4] if stats_ttl_ms else None,
+            stats_ttl_ms=stats_ttl_ms,
         )
 
     def _after_release(self, holding: Holding, result: int) -> None:
@@ -268,7 +267,7 @@ class Lock(LockBase):
         lease_ms = int(lease * 1000)
         holding = self._holding()
         if holding is not None:
-            self._nest(holding, client, wire_keys, lease_ms, sigprefix, settings.stats)
+            self._nest(holding, client, wire_keys, lease_ms, sigprefix, settings.stats_ttl_ms)
             return None
 
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
@@ -277,7 +276,9 @@ class Lock(LockBase):
         deadline = None if budget is None else begun + budget
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
-        args = self._acquire_args(token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats)
+        args = self._acquire_args(
+            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms
+        )
         attempts = 0
 
         def attempt() -> Any:
@@ -310,7 +311,7 @@ class Lock(LockBase):
             )
             return value
         holding = self._new_holding(
-            token, client, lease, started, value, wire_keys, wire_sigprefix, settings.stats
+            token, client, lease, started, value, wire_keys, wire_sigprefix, settings.stats_ttl_ms
         )
         self._local.holding = holding
         if self._auto_renew(settings):
@@ -332,9 +333,9 @@ class Lock(LockBase):
         keys: list[bytes],
         lease_ms: int,
         sigprefix: str,
-        stats: bool,
+        stats_ttl_ms: int,
     ) -> None:
-        args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, stats)
+        args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, stats_ttl_ms)
         with backend.translate_errors(self.name):
             status, _ = LOCK_ACQUIRE(client, keys, args)
         if status == NOT_OURS:

@@ -12,7 +12,6 @@ from django.core.management import call_command
 from django.test import override_settings
 
 from django_redislock import Lock, LockLostError
-from django_redislock.base import STATS_MEMORY_MS
 from django_redislock.inspection import stats
 
 STATS_KEY = "redislock:{%s}:stats"
@@ -30,7 +29,7 @@ def test_acquisitions_are_counted_in_the_acquire_script(redis_client: redis.Redi
                 pass
     assert counters(redis_client, "sku:1") == {"acquired": 3}
     ttl = redis_client.pttl(STATS_KEY % "sku:1")
-    assert STATS_MEMORY_MS - 60_000 < ttl <= STATS_MEMORY_MS
+    assert 3_600_000 - 60_000 < ttl <= 3_600_000  # STATS = True: an hour
 
 
 def test_contention_and_wait_time(redis_client: redis.Redis) -> None:
@@ -130,8 +129,17 @@ def test_dashboard_shows_counters(admin_client: object) -> None:
     assert '<td class="counters">1 / 0 / 0 / 0 ms</td>' in body
 
 
-def test_setting_is_checked() -> None:
-    with override_settings(REDISLOCK={"STATS": "yes"}):
+@pytest.mark.parametrize("value", ["yes", 0, -5, float("nan")])
+def test_setting_is_checked(value: object) -> None:
+    with override_settings(REDISLOCK={"STATS": value}):
         errors = [e for e in run_checks() if e.id == "django_redislock.E012"]
     assert len(errors) == 1
-    assert "REDISLOCK['STATS'] must be True or False, not 'yes'" in errors[0].msg
+    assert "REDISLOCK['STATS'] must be True, False or a positive number of seconds" in (
+        errors[0].msg
+    )
+
+
+def test_stats_seconds_set_how_long_idle_counters_are_kept(redis_client: redis.Redis) -> None:
+    with override_settings(REDISLOCK={"STATS": 5}), Lock("brief"):
+        pass
+    assert 0 < redis_client.pttl(STATS_KEY % "brief") <= 5000
