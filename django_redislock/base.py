@@ -236,8 +236,10 @@ class Holding:
             pipe.hincrby(self.stats_key, "lost", 1)
             pipe.pexpire(self.stats_key, self.stats_ttl_ms)
             pipe.execute()
-        except backend.BACKEND_ERRORS:
-            pass
+        except backend.BACKEND_ERRORS as exc:
+            # Often Redis being unreachable is why the lease was lost; the loss
+            # itself is reported through lock_lost and LockLostError.
+            logger.debug("Could not count the lost lease of %r: %s", self.name, exc)
 
     def end(self) -> None:
         """Stop renewing; the holding is over, however it ended."""
