@@ -15,12 +15,17 @@ import os
 import time
 import weakref
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 from . import backend, signals
-from .base import WAITER_GRACE_MS, Holding, check_seconds, new_token, wait_seconds
-from .exceptions import LockLostError
+from .base import (
+    WAITER_GRACE_MS,
+    AsyncPrimitive,
+    Holding,
+    check_seconds,
+    new_token,
+    wait_seconds,
+)
 from .locks import ACQUIRED, NOT_OURS, LockBase, parse_lock_value
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL, Script
 from .watchdog import watchdog
@@ -46,7 +51,7 @@ class AsyncConnection:
         return await asyncio.to_thread(getattr(self.sync, command), *args, **kwargs)
 
 
-class AsyncLock(LockBase):
+class AsyncLock(LockBase, AsyncPrimitive):
     """``Lock`` with ``await lock.acquire()`` and ``async with lock:``; same guarantees."""
 
     def __init__(
@@ -246,20 +251,3 @@ class AsyncLock(LockBase):
         with backend.translate_errors(self.name):
             remaining = await AsyncConnection(self._client(settings)).call("pttl", keys[0])
         return remaining / 1000.0 if remaining >= 0 else None
-
-    async def __aenter__(self) -> AsyncLock:
-        retry = await self._acquire(None, None)
-        if retry is not None:
-            raise self._timeout_error(retry)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.release()
-        except LockLostError as error:
-            self._exit_error(error, exc_type, exc)

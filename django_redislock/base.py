@@ -26,7 +26,8 @@ import threading
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import backend, signals
 from .conf import LockSettings, get_settings
@@ -357,6 +358,70 @@ class Primitive:
             raise error
         if sys.version_info >= (3, 11):
             exc.add_note(f"django-redislock: {error}")
+
+
+_Sync = TypeVar("_Sync", bound="SyncPrimitive")
+_Async = TypeVar("_Async", bound="AsyncPrimitive")
+
+
+class SyncPrimitive(Primitive):
+    """``with primitive:`` for every synchronous primitive.
+
+    Entering acquires or raises ``LockTimeout``; leaving releases, and raises
+    ``LockLostError`` if the lease was lost, unless another exception is
+    already on its way (then that exception gets a note instead).
+    """
+
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+        raise NotImplementedError
+
+    def release(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Sync) -> _Sync:
+        retry = self._acquire(None, None)
+        if retry is not None:
+            raise self._timeout_error(retry)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            self.release()
+        except LockLostError as error:
+            self._exit_error(error, exc_type, exc)
+
+
+class AsyncPrimitive(Primitive):
+    """``async with primitive:``, with the same meaning as ``SyncPrimitive``'s ``with``."""
+
+    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        raise NotImplementedError
+
+    async def release(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self: _Async) -> _Async:
+        retry = await self._acquire(None, None)
+        if retry is not None:
+            raise self._timeout_error(retry)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        try:
+            await self.release()
+        except LockLostError as error:
+            self._exit_error(error, exc_type, exc)
 
 
 def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:

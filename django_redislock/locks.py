@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from . import backend, signals
@@ -31,12 +30,12 @@ from .base import (
     WAITER_GRACE_MS,
     Holding,
     Primitive,
+    SyncPrimitive,
     check_seconds,
     holder_description,
     new_token,
     wait_turn,
 )
-from .exceptions import LockLostError
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
 from .watchdog import watchdog
 
@@ -197,7 +196,7 @@ class LockBase(Primitive):
             holding.end()
 
 
-class Lock(LockBase):
+class Lock(LockBase, SyncPrimitive):
     """An exclusive lock on ``name``, shared by every process that uses the same Redis.
 
     Guarantees, as long as Redis keeps its data: at most one holder at a time; a
@@ -412,22 +411,3 @@ class Lock(LockBase):
         with backend.translate_errors(self.name):
             remaining = self._client(settings).pttl(keys[0])
         return remaining / 1000.0 if remaining >= 0 else None
-
-    # context manager ------------------------------------------------------------------
-
-    def __enter__(self) -> Lock:
-        retry = self._acquire(None, None)
-        if retry is not None:
-            raise self._timeout_error(retry)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.release()
-        except LockLostError as error:
-            self._exit_error(error, exc_type, exc)

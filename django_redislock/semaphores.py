@@ -22,7 +22,6 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 from . import backend, signals
@@ -30,15 +29,16 @@ from .base import (
     FENCE_MEMORY_MS,
     REFUSED,
     WAITER_GRACE_MS,
+    AsyncPrimitive,
     Holding,
     Primitive,
+    SyncPrimitive,
     check_seconds,
     holder_description,
     new_token,
     wait_seconds,
     wait_turn,
 )
-from .exceptions import LockLostError
 from .inspection import HolderInfo
 from .scripts import (
     PERMIT_DESCRIBE,
@@ -274,7 +274,7 @@ class PermitBase(Primitive):
         return any(info.token == token for info in holders)
 
 
-class PermitPrimitive(PermitBase):
+class PermitPrimitive(PermitBase, SyncPrimitive):
     """The synchronous API of a permit primitive; a holder is the object in one thread."""
 
     def __init__(self, name: str, **options: Any) -> None:
@@ -360,25 +360,8 @@ class PermitPrimitive(PermitBase):
             reply = PERMIT_DESCRIBE(client, keys, [])
         return parse_holders(reply, mode_from_token=bool(self.token_mode))
 
-    def __enter__(self) -> Any:
-        retry = self._acquire(None, None)
-        if retry is not None:
-            raise self._timeout_error(retry)
-        return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.release()
-        except LockLostError as error:
-            self._exit_error(error, exc_type, exc)
-
-
-class AsyncPermitPrimitive(PermitBase):
+class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
     """The asyncio API of a permit primitive; a holder is the object in one task.
 
     Round trips go through ``AsyncLock``'s connection mirror, so a waiting
@@ -483,23 +466,6 @@ class AsyncPermitPrimitive(PermitBase):
         with backend.translate_errors(self.name):
             reply = await AsyncConnection(client).run(PERMIT_DESCRIBE, keys, [])
         return parse_holders(reply, mode_from_token=bool(self.token_mode))
-
-    async def __aenter__(self) -> Any:
-        retry = await self._acquire(None, None)
-        if retry is not None:
-            raise self._timeout_error(retry)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.release()
-        except LockLostError as error:
-            self._exit_error(error, exc_type, exc)
 
 
 class SemaphoreBase(PermitBase):
