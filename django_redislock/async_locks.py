@@ -11,23 +11,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from . import backend, signals
+from . import backend
 from .base import (
     WAITER_GRACE_MS,
+    WAKE_UP,
     AsyncPrimitive,
     Holding,
     check_seconds,
+    current_pid,
     new_token,
     wait_seconds,
 )
-from .locks import ACQUIRED, NOT_OURS, LockBase, parse_lock_value
-from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL, Script
+from .locks import ACQUIRED, NOT_OURS, LockBase, acquire_reply, parse_lock_value
+from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE, Script
 from .watchdog import watchdog
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
 
     def _holding(self) -> Holding | None:
         holding = self._holdings.get(self._task())
-        if holding is not None and holding.pid != os.getpid():
+        if holding is not None and holding.pid != current_pid():
             del self._holdings[self._task()]
             return None
         return holding
@@ -114,7 +115,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
                 holding.token, lease_ms, "nest", 0, sigprefix, settings.stats_ttl_ms
             )
             with backend.translate_errors(self.name):
-                status, _ = await conn.run(LOCK_ACQUIRE, keys, args)
+                status, _ = acquire_reply(await conn.run(LOCK_ACQUIRE, keys, args))
             if status == NOT_OURS:
                 holding.mark_lost("the lease was gone when the holder acquired it again")
                 raise self._lost(holding)
@@ -127,66 +128,64 @@ class AsyncLock(LockBase, AsyncPrimitive):
         deadline = None if budget is None else begun + budget
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
+        auto_renew = self._auto_renew(settings)
+        grant_ms = self._grant_ms(lease_ms, waiter_ttl_ms)
         args = self._acquire_args(
-            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms
+            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms, grant_ms
         )
+        release_keys = self._release_keys(keys)
+        release_args = self._release_args(token, sigprefix, settings.stats_ttl_ms)
         signal_key = sigprefix + token
         queued = False
+        handed = False
         with backend.translate_errors(self.name):
             try:
                 while True:
                     started = time.monotonic()
-                    status, value = await conn.run(LOCK_ACQUIRE, keys, args)
+                    status, value = acquire_reply(await conn.run(LOCK_ACQUIRE, keys, args))
                     if status == ACQUIRED:
                         break
                     queued = may_wait
                     if not may_wait or (deadline is not None and time.monotonic() >= deadline):
                         if queued:
-                            await conn.run(QUEUE_CANCEL, keys[2:4], [token, sigprefix])
-                        signals.notify(
-                            signals.lock_contended,
-                            sender=type(self),
-                            name=self.name,
-                            kind=self.kind,
-                            waited=time.monotonic() - begun,
-                        )
+                            await conn.run(LOCK_CANCEL, release_keys, release_args)
+                        self._announce_contended(begun)
                         return int(value)
-                    await conn.call(
+                    waiting_since = time.monotonic()
+                    signal = await conn.call(
                         "blpop", [signal_key], timeout=wait_seconds(value, chunk, deadline)
                     )
+                    if auto_renew and signal is not None and signal[1] not in WAKE_UP:
+                        # Handed over while waiting (see wait_turn): a short first lease.
+                        handed, value, started = True, int(signal[1]), waiting_since
+                        break
                     self._waited(args, begun)
             except BaseException:
-                await asyncio.shield(self._clean_up(conn, keys, token, sigprefix, queued))
+                await asyncio.shield(self._clean_up(conn, release_keys, release_args, queued))
                 raise
         holding = self._new_holding(
             token, sync_client, lease, started, value, keys, sigprefix, settings.stats_ttl_ms
         )
+        if handed:
+            holding.lease_deadline = started + grant_ms / 1000
         self._holdings[self._task()] = holding
-        if self._auto_renew(settings):
+        if auto_renew:
             watchdog.watch(holding)
-        signals.notify(
-            signals.lock_acquired,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            waited=started - begun,
-            fencing_token=value,
-        )
+        # a handoff arrived after `started`, when its wait began
+        self._announce_acquired((time.monotonic() if handed else started) - begun, value)
         return None
 
     async def _clean_up(
-        self, conn: AsyncConnection, keys: list[str], token: str, sigprefix: str, queued: bool
+        self, conn: AsyncConnection, keys: list[Any], args: list[Any], queued: bool
     ) -> None:
         """After an interrupted acquire (a cancelled task, a timeout): leave the
         queue, and undo a grant Redis may have made just before the interruption,
         which would otherwise hold the lock for a lease with nobody to release it.
         Best effort: a Redis error here must not replace the original exception."""
-        cleanups = [(LOCK_RELEASE, [keys[0], keys[2], keys[3]], [token, sigprefix])]
-        if queued:
-            cleanups.insert(0, (QUEUE_CANCEL, keys[2:4], [token, sigprefix]))
-        for script, script_keys, args in cleanups:
+        cleanups = [LOCK_CANCEL, LOCK_RELEASE] if queued else [LOCK_RELEASE]
+        for script in cleanups:
             try:
-                await conn.run(script, script_keys, args)
+                await conn.run(script, keys, args)
             except backend.BACKEND_ERRORS as exc:
                 logger.debug("Could not clean up an interrupted acquire of %r: %s", self.name, exc)
 
@@ -201,7 +200,9 @@ class AsyncLock(LockBase, AsyncPrimitive):
             try:
                 with backend.translate_errors(self.name):
                     result = await conn.run(
-                        LOCK_RELEASE, holding.keys, [holding.token, holding.sigprefix]
+                        LOCK_RELEASE,
+                        holding.keys,
+                        self._release_args(holding.token, holding.sigprefix, holding.stats_ttl_ms),
                     )
             except BaseException:
                 self._release_failed(holding)

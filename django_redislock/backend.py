@@ -17,7 +17,7 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -206,6 +206,98 @@ def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]
         yield from batch
         if not cursor:
             return
+
+
+# --- the hot path: EVALSHA on a pooled connection ------------------------------
+
+
+def evalsha(client: Any, sha: bytes, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+    """Run a loaded script by SHA; the reply as redis-py would return it.
+
+    On a plain client (a connection pool, Sentinel's included) the command is
+    packed here and written straight to a pooled connection. redis-py's own
+    path spends more time around a command (retry wrapper, per-command
+    metrics, generic argument encoding) than this machine spends sending it,
+    and a lock is two commands per use. The connection handling is redis-py's:
+    its pool (fork-safe), its health checks, its parser and its errors.
+    """
+    return _lean(
+        client,
+        (b"EVALSHA", sha, len(keys), *keys, *args),
+        lambda: client.evalsha(sha, len(keys), *keys, *args),
+    )
+
+
+def blpop(client: Any, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
+    """``BLPOP`` of one list: ``(key, value)``, or ``None`` when ``timeout`` passed."""
+    reply = _lean(client, (b"BLPOP", key, timeout), lambda: client.blpop([key], timeout=timeout))
+    return None if reply is None else (reply[0], reply[1])
+
+
+def _lean(client: Any, command: tuple[Any, ...], fallback: Callable[[], Any]) -> Any:
+    """Send ``command`` on a pooled connection of ``client``; ``fallback()`` runs
+    it on redis-py's path where that is not possible.
+
+    Only what redis-py would retry is retried, and by redis-py: a
+    ``ConnectionError`` (say a pooled connection the server has closed) runs
+    the command again through ``fallback``, with the client's retry policy. A
+    timeout is not retried: the command may have run, and a second run of a
+    release would report the lock lost.
+    """
+    pool = _lean_pool(client)
+    packed = None if pool is None else _pack(command)
+    if pool is None or packed is None:
+        return fallback()
+    try:
+        conn = _pool_connection(pool)
+    except redis.ConnectionError:
+        return fallback()
+    try:
+        conn.send_packed_command((packed,))
+        reply = conn.read_response()
+    except redis.ConnectionError:
+        conn.disconnect()
+        pool.release(conn)
+        return fallback()
+    except RedisError:  # an error reply (NOSCRIPT, a script error) or a timeout
+        pool.release(conn)
+        raise
+    except BaseException:  # interrupted mid-reply: the connection is out of step
+        conn.disconnect()
+        pool.release(conn)
+        raise
+    should_reconnect = getattr(conn, "should_reconnect", None)  # redis-py >= 6.4
+    if should_reconnect is not None and should_reconnect():
+        conn.disconnect()
+    pool.release(conn)
+    return reply
+
+
+def _lean_pool(client: Any) -> Any | None:
+    """The pool to take a connection from, or ``None`` to use redis-py's path."""
+    if not isinstance(client, redis.Redis) or client.connection is not None:
+        return None  # Cluster, a single-connection client, something else
+    pool = client.connection_pool
+    return pool if isinstance(pool, redis.ConnectionPool) else None
+
+
+def _pack(command: tuple[Any, ...]) -> bytes | None:
+    """``command`` in RESP; ``None`` for an argument redis-py should encode."""
+    parts = [b"*%d\r\n" % len(command)]
+    for item in command:
+        kind = type(item)  # exact types: bool, enums and other subclasses go to redis-py
+        if kind is bytes:
+            pass
+        elif kind is str:
+            item = item.encode()
+        elif kind is int:
+            item = b"%d" % item
+        elif kind is float:
+            item = repr(item).encode()
+        else:
+            return None
+        parts.append(b"$%d\r\n%s\r\n" % (len(item), item))
+    return b"".join(parts)
 
 
 # --- asyncio clients ---------------------------------------------------------

@@ -17,31 +17,46 @@ against a waiter that first has to wake up, and other processes starve.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from . import backend, signals
+from . import backend
 from .base import (
     FENCE_MEMORY_MS,
+    HANDED,
     WAITER_GRACE_MS,
     Holding,
     Primitive,
     SyncPrimitive,
     check_seconds,
+    current_pid,
     holder_description,
     new_token,
     wait_turn,
 )
-from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, QUEUE_CANCEL
+from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .watchdog import watchdog
 
 logger = logging.getLogger(__name__)
 
 ACQUIRED, REFUSED, NOT_OURS = 1, 0, -1
+
+
+def acquire_reply(reply: int) -> tuple[int, int]:
+    """``(status, value)`` of the acquire script's one-integer reply.
+
+    Held: the fencing token (> 0); 0: a reentrant acquire found the lock no
+    longer ours; below 0: refused, with a retry hint of ``-1 - reply`` ms.
+    """
+    if reply > 0:
+        return ACQUIRED, reply
+    if reply == 0:
+        return NOT_OURS, 0
+    return REFUSED, -1 - reply
+
 
 _FENCE_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
 #: How many argument tails one lock remembers (lease x mode x waiter TTL x prefix).
@@ -89,22 +104,22 @@ class LockBase(Primitive):
 
     kind = "lock"
     parts = ("lock", "fence", "queue", "deadlines", "stats")
-    _wire: tuple[str, list[bytes], bytes] | None = None
     _arg_tails: dict[tuple[int, str, int, str], tuple[bytes, bytes, bytes, bytes]] | None = None
 
-    def _wire_keys(self, prefix: str) -> tuple[list[bytes], bytes]:
-        """The keys and signal prefix as bytes, for the scripts.
+    @staticmethod
+    def _release_keys(keys: Sequence[Any]) -> list[Any]:
+        """The release and cancel scripts' keys: lock, queue, deadlines, fence, stats."""
+        return [keys[0], keys[2], keys[3], keys[1], keys[4]]
 
-        redis-py sends bytes untouched but runs every other argument through
-        its encoder; for a script with a dozen arguments that was the largest
-        client-side cost of an uncontended acquire.
-        """
-        wire = self._wire
-        if wire is None or wire[0] != prefix:
-            keys, sigprefix = self._key_set(prefix)
-            wire = (prefix, [k.encode() for k in keys], sigprefix.encode())
-            self._wire = wire
-        return wire[1], wire[2]
+    @staticmethod
+    def _release_args(token: str | bytes, sigprefix: str | bytes, stats_ttl_ms: int) -> list[Any]:
+        return [token, sigprefix, _FENCE_MEMORY_ARG, stats_ttl_ms]
+
+    @staticmethod
+    def _grant_ms(lease_ms: int, waiter_ttl_ms: int) -> int:
+        """First lease of a handoff to this waiter (``scripts/_handoff.lua``): no
+        longer than a dead waiter would block the queue anyway."""
+        return min(lease_ms, waiter_ttl_ms)
 
     def _acquire_args(
         self,
@@ -114,6 +129,7 @@ class LockBase(Primitive):
         waiter_ttl_ms: int,
         sigprefix: str,
         stats_ttl_ms: int,
+        grant_ms: int = 0,
     ) -> list[Any]:
         tails = self._arg_tails
         if tails is None or len(tails) > _ARG_CACHE_SIZE:
@@ -135,6 +151,7 @@ class LockBase(Primitive):
             b"%d" % int(time.time() * 1000),
             b"%d" % stats_ttl_ms,
             b"-1",  # waited_ms: first attempt; see _waited
+            b"%d" % grant_ms,
         ]
 
     @staticmethod
@@ -163,7 +180,7 @@ class LockBase(Primitive):
             started=started,
             fencing_token=fence,
             renew_script=LOCK_EXTEND,
-            keys=[keys[0], keys[2], keys[3]],
+            keys=self._release_keys(keys),
             sigprefix=sigprefix,
             stats_key=keys[4] if stats_ttl_ms else None,
             stats_ttl_ms=stats_ttl_ms,
@@ -182,13 +199,7 @@ class LockBase(Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        signals.notify(
-            signals.lock_released,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            held=time.monotonic() - holding.acquired_at,
-        )
+        self._announce_released(holding)
 
     def _release_failed(self, holding: Holding) -> None:
         """Redis could not be told: stop renewing, so the lease frees the lock."""
@@ -235,7 +246,7 @@ class Lock(LockBase, SyncPrimitive):
 
     def _holding(self) -> Holding | None:
         holding: Holding | None = getattr(self._local, "holding", None)
-        if holding is not None and holding.pid != os.getpid():
+        if holding is not None and holding.pid != current_pid():
             self._local.holding = None  # inherited through fork(): not ours
             return None
         return holding
@@ -258,12 +269,14 @@ class Lock(LockBase, SyncPrimitive):
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
         """Acquire; ``None`` when held, else the server's retry hint in ms."""
-        settings = self._settings()
-        client, chunk = self._client_and_chunk(settings)
-        keys, sigprefix = self._key_set(settings.key_prefix)
-        wire_keys, wire_sigprefix = self._wire_keys(settings.key_prefix)
-        lease = self._lease(settings)
-        lease_ms = int(lease * 1000)
+        resolved = self._resolve()
+        settings, client, chunk = resolved.settings, resolved.client, resolved.chunk
+        sigprefix, wire_keys, wire_sigprefix = (
+            resolved.sigprefix,
+            resolved.wire_keys,
+            resolved.wire_sigprefix,
+        )
+        lease, lease_ms = resolved.lease, resolved.lease_ms
         holding = self._holding()
         if holding is not None:
             self._nest(holding, client, wire_keys, lease_ms, sigprefix, settings.stats_ttl_ms)
@@ -275,9 +288,15 @@ class Lock(LockBase, SyncPrimitive):
         deadline = None if budget is None else begun + budget
         waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
         mode = "wait" if may_wait else "try"
+        auto_renew = resolved.auto_renew
+        grant_ms = self._grant_ms(lease_ms, waiter_ttl_ms)
         args = self._acquire_args(
-            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms
+            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms, grant_ms
         )
+        release_keys = resolved.memo.get("release_keys")
+        if release_keys is None:
+            release_keys = resolved.memo["release_keys"] = self._release_keys(wire_keys)
+        release_args = self._release_args(token.encode(), wire_sigprefix, settings.stats_ttl_ms)
         attempts = 0
 
         def attempt() -> Any:
@@ -285,44 +304,34 @@ class Lock(LockBase, SyncPrimitive):
             if attempts:
                 self._waited(args, begun)
             attempts += 1
-            return LOCK_ACQUIRE(client, wire_keys, args)
+            return acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
 
         status, value, started, _ = wait_turn(
             attempt,
-            lambda: self._leave_queue(client, keys, sigprefix, token),
+            lambda: self._leave_queue(client, release_keys, release_args),
             client=client,
             signal_key=sigprefix + token,
             chunk=chunk,
             may_wait=may_wait,
             deadline=deadline,
             name=self.name,
-            undo=lambda: LOCK_RELEASE(
-                client, [wire_keys[0], wire_keys[2], wire_keys[3]], [token, wire_sigprefix]
-            ),
+            undo=lambda: LOCK_RELEASE(client, release_keys, release_args),
+            take_handoffs=auto_renew,  # else the next attempt takes it, with the full lease
         )
-        if status != ACQUIRED:
-            signals.notify(
-                signals.lock_contended,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=time.monotonic() - begun,
-            )
+        if status not in (ACQUIRED, HANDED):
+            self._announce_contended(begun)
             return value
         holding = self._new_holding(
             token, client, lease, started, value, wire_keys, wire_sigprefix, settings.stats_ttl_ms
         )
+        holding.release_args = release_args
+        if status == HANDED:  # a short first lease, which the watchdog renews soon
+            holding.lease_deadline = started + grant_ms / 1000
         self._local.holding = holding
-        if self._auto_renew(settings):
+        if auto_renew:
             watchdog.watch(holding)
-        signals.notify(
-            signals.lock_acquired,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            waited=started - begun,
-            fencing_token=value,
-        )
+        # a handoff arrived after `started`, when its wait began
+        self._announce_acquired((time.monotonic() if status == HANDED else started) - begun, value)
         return None
 
     def _nest(
@@ -336,15 +345,16 @@ class Lock(LockBase, SyncPrimitive):
     ) -> None:
         args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, stats_ttl_ms)
         with backend.translate_errors(self.name):
-            status, _ = LOCK_ACQUIRE(client, keys, args)
+            status, _ = acquire_reply(LOCK_ACQUIRE(client, keys, args))
         if status == NOT_OURS:
             holding.mark_lost("the lease was gone when the holder acquired it again")
             raise self._lost(holding)
         holding.depth += 1
 
-    def _leave_queue(self, client: Any, keys: list[str], sigprefix: str, token: str) -> None:
+    def _leave_queue(self, client: Any, keys: list[Any], args: list[Any]) -> None:
+        """Give up waiting; passes on a wake-up or a handoff that came meanwhile."""
         with backend.translate_errors(self.name):
-            QUEUE_CANCEL(client, keys[2:4], [token, sigprefix])
+            LOCK_CANCEL(client, keys, args)
 
     # release, extend, inspect ---------------------------------------------------------
 
@@ -360,9 +370,7 @@ class Lock(LockBase, SyncPrimitive):
         holding.releasing = holding.depth <= 1
         try:
             try:
-                result = LOCK_RELEASE(
-                    holding.client, holding.keys, [holding.token, holding.sigprefix]
-                )
+                result = LOCK_RELEASE(holding.client, holding.keys, holding.release_args)
             except BaseException as exc:
                 self._release_failed(holding)
                 if isinstance(exc, backend.BACKEND_ERRORS):

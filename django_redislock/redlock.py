@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import random
 import sys
 import threading
@@ -43,11 +42,13 @@ from .base import (
     check_lease,
     check_name,
     check_seconds,
+    current_pid,
     holder_description,
     new_token,
 )
 from .conf import LockSettings, get_settings
 from .exceptions import LockBackendError, LockLostError, LockNotOwnedError, LockTimeout
+from .locks import ACQUIRED, REFUSED, acquire_reply
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, REDLOCK_FENCE
 from .watchdog import watchdog
 
@@ -227,7 +228,7 @@ class Redlock:
 
     def _holding(self) -> RedlockHolding | None:
         holding: RedlockHolding | None = getattr(self._local, "holding", None)
-        if holding is not None and holding.pid != os.getpid():
+        if holding is not None and holding.pid != current_pid():
             self._local.holding = None  # inherited through fork(): not ours
             return None
         return holding
@@ -294,7 +295,8 @@ class Redlock:
             except BaseException:  # interrupted mid-way: undo wherever it may have landed
                 self._release_quietly(clients, keys, token, [None] * len(clients))
                 raise
-            granted = [r[1] for r in results if isinstance(r, list) and r[0] == 1]
+            replies = [acquire_reply(r) if isinstance(r, int) else None for r in results]
+            granted = [r[1] for r in replies if r is not None and r[0] == ACQUIRED]
             validity = lease - (time.monotonic() - started) - allowance
             if len(granted) >= needed and validity > 0:
                 break
@@ -302,7 +304,7 @@ class Redlock:
             failures = sum(1 for r in results if isinstance(r, BaseException))
             if len(clients) - failures < needed:
                 raise _too_few_error(self.name, results, "acquire")
-            retry_after = self._retry_after(results, needed)
+            retry_after = self._retry_after(replies, needed)
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 signals.notify(
@@ -348,10 +350,11 @@ class Redlock:
         return None
 
     @staticmethod
-    def _retry_after(results: list[Any], needed: int) -> float:
-        """When enough current holders' leases end for a majority to be free."""
-        hints = sorted(max(int(r[1]), 0) for r in results if isinstance(r, list) and r[0] != 1)
-        free = len(results) - len(hints)
+    def _retry_after(replies: list[tuple[int, int] | None], needed: int) -> float:
+        """When enough current holders' leases end for a majority to be free
+        (``replies``: decoded acquire replies, ``None`` for a failed server)."""
+        hints = sorted(r[1] for r in replies if r is not None and r[0] == REFUSED)
+        free = len(replies) - len(hints)
         missing = needed - free
         if missing <= 0 or not hints:
             return 0.0
@@ -364,7 +367,7 @@ class Redlock:
         touched = [
             c
             for c, r in zip(clients, results, strict=True)
-            if r is None or isinstance(r, BaseException) or (isinstance(r, list) and r[0] == 1)
+            if r is None or isinstance(r, BaseException) or (isinstance(r, int) and r > 0)
         ]
         if touched:
             try:

@@ -17,14 +17,13 @@ two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 import weakref
 from dataclasses import dataclass
 from typing import Any
 
-from . import backend, signals
+from . import backend
 from .base import (
     FENCE_MEMORY_MS,
     REFUSED,
@@ -34,6 +33,7 @@ from .base import (
     Primitive,
     SyncPrimitive,
     check_seconds,
+    current_pid,
     holder_description,
     new_token,
     wait_seconds,
@@ -51,6 +51,14 @@ from .scripts import (
 from .watchdog import watchdog
 
 GRANTED, LIMIT_MISMATCH = 1, -2
+
+
+def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
+    """``(status, value)`` of an acquire script's reply: ``{status, value}``, or
+    the bare fencing token of a grant (``> 0``)."""
+    if isinstance(reply, int):
+        return GRANTED, reply
+    return int(reply[0]), int(reply[1])
 
 
 def check_limit(limit: object) -> int:
@@ -91,13 +99,13 @@ def as_text(value: bytes | str) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
-@dataclass
+@dataclass(slots=True)
 class _Attempt:
     """Everything one acquire needs, resolved once before the first round trip."""
 
     client: Any
     chunk: float
-    keys: list[str]
+    keys: list[bytes]
     sigprefix: str
     lease: float
     may_wait: bool
@@ -110,7 +118,7 @@ class _Attempt:
     auto_renew: bool
 
     @property
-    def queue_keys(self) -> list[str]:
+    def queue_keys(self) -> list[bytes]:
         return self.keys[2:4]
 
 
@@ -120,9 +128,10 @@ class PermitBase(Primitive):
     Their keys are, in this order: the holder ZSET (the main part, see
     ``scripts/_permits.lua``), the fencing counter, the wait queue and its
     deadlines. Subclasses name their parts and scripts; the acquire script
-    answers ``{1, fence}`` or ``{0, retry hint}`` (or a subclass-specific
-    status), the release script ``1`` (released) or ``0`` (the lease was
-    already gone). The sync and async APIs share everything but the I/O.
+    answers ``{1, fence}`` (or the bare fence) or ``{0, retry hint}`` (or a
+    subclass-specific status, see ``permit_reply``), the release script ``1``
+    (released) or ``0`` (the lease was already gone). The sync and async APIs
+    share everything but the I/O.
     """
 
     acquire_script: Script
@@ -153,11 +162,9 @@ class PermitBase(Primitive):
         return stack[-1].fencing_token if stack else None
 
     def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
-        settings = self._settings()
-        client, chunk = self._client_and_chunk(settings)
-        keys, sigprefix = self._key_set(settings.key_prefix)
-        lease = self._lease(settings)
-        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        resolved = self._resolve()
+        chunk = resolved.chunk
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
         token = self.token_mode + new_token()
         begun = time.monotonic()
         holder = holder_description()
@@ -165,21 +172,21 @@ class PermitBase(Primitive):
         args = self._acquire_args(
             [
                 token,
-                int(lease * 1000),
-                "wait" if may_wait else "try",
+                resolved.lease_ms,
+                b"wait" if may_wait else b"try",
                 int(chunk * 1000) + WAITER_GRACE_MS,
-                sigprefix,
+                resolved.wire_sigprefix,
                 holder,
                 FENCE_MEMORY_MS,
                 since,
             ]
         )
         return _Attempt(
-            client=client,
+            client=resolved.client,
             chunk=chunk,
-            keys=keys,
-            sigprefix=sigprefix,
-            lease=lease,
+            keys=resolved.wire_keys,
+            sigprefix=resolved.sigprefix,
+            lease=resolved.lease,
             may_wait=may_wait,
             deadline=None if budget is None else begun + budget,
             begun=begun,
@@ -187,7 +194,7 @@ class PermitBase(Primitive):
             holder=holder,
             since=since,
             args=args,
-            auto_renew=self._auto_renew(settings),
+            auto_renew=resolved.auto_renew,
         )
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
@@ -195,13 +202,7 @@ class PermitBase(Primitive):
         if status != GRANTED:
             if status != REFUSED:
                 self._on_status(status, value)
-            signals.notify(
-                signals.lock_contended,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=time.monotonic() - attempt.begun,
-            )
+            self._announce_contended(attempt.begun)
             return value
         member = f"{attempt.token}:{value}:{self._limit}:{attempt.since}:{attempt.holder}"
         holding = Holding(
@@ -214,31 +215,20 @@ class PermitBase(Primitive):
             started=started,
             fencing_token=value,
             renew_script=PERMIT_EXTEND,
-            keys=attempt.keys[:1],
+            keys=[attempt.keys[0], attempt.keys[2], attempt.keys[3]],  # the release's
             sigprefix=attempt.sigprefix,
         )
+        holding.release_args = self._release_args(member, attempt.sigprefix)
         self._stack().append(holding)
         if attempt.auto_renew:
             watchdog.watch(holding)
-        signals.notify(
-            signals.lock_acquired,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            waited=started - attempt.begun,
-            fencing_token=value,
-        )
+        self._announce_acquired(started - attempt.begun, value)
         return None
 
-    def _release_call(self, holding: Holding) -> tuple[list[str], list[Any]]:
+    @staticmethod
+    def _release_call(holding: Holding) -> tuple[list[Any], list[Any]]:
         """Keys and arguments of the release script, under the prefix the permit was taken."""
-        main = holding.keys[0]
-        assert isinstance(main, str)  # permits keep their keys as str
-        stem = main[: -len(self.parts[0])]  # "<prefix>:{<name>}:"
-        return (
-            [main, stem + self.parts[2], stem + self.parts[3]],
-            self._release_args(holding.token, holding.sigprefix),
-        )
+        return list(holding.keys), holding.release_args
 
     def _after_release(self, holding: Holding, result: int) -> None:
         if not result:
@@ -247,13 +237,7 @@ class PermitBase(Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        signals.notify(
-            signals.lock_released,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            held=time.monotonic() - holding.acquired_at,
-        )
+        self._announce_released(holding)
 
     def _after_extend(self, holding: Holding, result: int, lease: float, started: float) -> None:
         if not result:
@@ -283,7 +267,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
 
     def _stack(self) -> list[Holding]:
         stack: list[Holding] | None = getattr(self._local, "stack", None)
-        if stack is None or (stack and stack[0].pid != os.getpid()):
+        if stack is None or (stack and stack[0].pid != current_pid()):
             stack = self._local.stack = []  # new thread, or inherited through fork()
         return stack
 
@@ -299,7 +283,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         attempt = self._begin(blocking, blocking_timeout)
         client, keys, args, script = attempt.client, attempt.keys, attempt.args, self.acquire_script
         status, value, started, queued = wait_turn(
-            lambda: script(client, keys, args),
+            lambda: permit_reply(script(client, keys, args)),
             lambda: self._leave_queue(attempt),
             client=client,
             signal_key=attempt.sigprefix + attempt.token,
@@ -379,7 +363,7 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         if task is None:
             raise RuntimeError(f"{type(self).__name__} must be used from inside an asyncio task.")
         stack = self._stacks.get(task)
-        if stack is None or (stack and stack[0].pid != os.getpid()):
+        if stack is None or (stack and stack[0].pid != current_pid()):
             stack = self._stacks[task] = []
         return stack
 
@@ -400,7 +384,9 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
             try:
                 while True:
                     started = time.monotonic()
-                    status, value = await conn.run(self.acquire_script, attempt.keys, attempt.args)
+                    status, value = permit_reply(
+                        await conn.run(self.acquire_script, attempt.keys, attempt.args)
+                    )
                     if status != REFUSED:
                         break
                     queued = attempt.may_wait

@@ -52,15 +52,21 @@ class Renewable(Protocol):
 
 class Watchdog:
     def __init__(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        # watch/unwatch (twice per acquire) take the bare lock: Condition's own
+        # __enter__ is Python code.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         # id(holding) -> (weakref, next due time); insertion order is irrelevant
         self._watched: dict[int, tuple[weakref.ref[Renewable], float]] = {}
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
 
     def watch(self, holding: Renewable) -> None:
-        due = time.monotonic() + holding.renew_interval
-        with self._cond:
+        # A third of the way into the lease, or sooner when the lease is already
+        # shorter than a renewal interval (a handoff's first lease).
+        now = time.monotonic()
+        due = now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+        with self._lock:
             self._watched[id(holding)] = (weakref.ref(holding), due)
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -71,7 +77,7 @@ class Watchdog:
                 self._cond.notify()
 
     def unwatch(self, holding: Renewable) -> None:
-        with self._cond:
+        with self._lock:
             self._watched.pop(id(holding), None)
 
     def watching(self) -> int:
@@ -149,7 +155,8 @@ class Watchdog:
         holding.mark_lost(reason)
 
     def _reset_after_fork(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._watched = {}
         self._thread = None
         self._wake_at = float("inf")

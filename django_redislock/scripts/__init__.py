@@ -1,7 +1,8 @@
 """Lua scripts, loaded from the ``.lua`` files beside this module and run by SHA.
 
-Scripts get the shared preludes (files starting with ``_``) prepended, so the
-lock value format and the fair wait queue are each written once.
+Scripts get the shared preludes (files starting with ``_``) prepended, or put
+at a ``-- @preludes`` line after a fast path, so the lock value format and the
+fair wait queue are each written once.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-_PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua", "_stats.lua")
+from django_redislock.backend import evalsha
+
+#: Where a script wants the preludes, when not at its top.
+PRELUDE_MARK = "-- @preludes\n"
+_PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua", "_stats.lua", "_handoff.lua")
 
 
 def _read(filename: str) -> str:
@@ -54,7 +59,11 @@ class Script:
     def __init__(self, filename: str, *, prelude: bool = True) -> None:
         body = _read(filename)
         if prelude:
-            body = "\n".join(_read(p) for p in _preludes_for(body)) + "\n" + body
+            shared = "\n".join(_read(p) for p in _preludes_for(body))
+            if PRELUDE_MARK in body:  # a fast path first, which needs none of them
+                body = body.replace(PRELUDE_MARK, shared, 1)
+            else:
+                body = shared + "\n" + body
         self.name = filename
         self.text = body
         self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
@@ -63,10 +72,10 @@ class Script:
 
     def __call__(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         try:
-            return client.evalsha(self._sha_arg, len(keys), *keys, *args)
+            return evalsha(client, self._sha_arg, keys, args)
         except NoScriptError:
             client.script_load(self.text)
-            return client.evalsha(self._sha_arg, len(keys), *keys, *args)
+            return evalsha(client, self._sha_arg, keys, args)
 
     def ensure_loaded(self, client: Any) -> None:
         """Load the script unless the server has it; for pipelines, which cannot
@@ -93,6 +102,7 @@ LOCK_ACQUIRE = Script("lock_acquire.lua")
 LOCK_RELEASE = Script("lock_release.lua")
 LOCK_EXTEND = Script("lock_extend.lua")
 QUEUE_CANCEL = Script("queue_cancel.lua")
+LOCK_CANCEL = Script("lock_cancel.lua")
 SEMAPHORE_ACQUIRE = Script("semaphore_acquire.lua")
 SEMAPHORE_RELEASE = Script("semaphore_release.lua")
 RWLOCK_ACQUIRE = Script("rwlock_acquire.lua")

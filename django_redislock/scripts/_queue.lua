@@ -2,7 +2,9 @@
 --
 -- A primitive's wait queue is two keys:
 --   queue      ZSET  member = waiter token, score = arrival time (server µs)
---   deadlines  HASH  waiter token -> server ms after which the waiter is presumed dead
+--   deadlines  HASH  waiter token -> server ms after which the waiter is presumed dead,
+--                    optionally followed by ':' and what the primitive keeps of
+--                    the waiter (a Lock: whether and how to hand the lock over)
 -- A waiter refreshes its deadline every time it re-checks, so only a waiter that
 -- died or gave up without cancelling is ever pruned. Each waiter blocks on its own
 -- list, <signal prefix><token>; waking it is one RPUSH.
@@ -13,16 +15,18 @@ local function server_time()
   return s * 1000 + math.floor(us / 1000), s * 1000000 + us
 end
 
--- The first live waiter, after dropping dead ones from the front; false if none.
+-- The first live waiter, its deadline and its whole deadlines entry, after
+-- dropping dead ones from the front; false if none.
 local function queue_head(queue, deadlines, now_ms)
   while true do
     local head = redis.call('ZRANGE', queue, 0, 0)[1]
     if not head then
       return false
     end
-    local deadline = tonumber(redis.call('HGET', deadlines, head) or '0')
+    local entry = redis.call('HGET', deadlines, head) or '0'
+    local deadline = tonumber(string.match(entry, '^%d+') or '0')
     if deadline >= now_ms then
-      return head, deadline
+      return head, deadline, entry
     end
     redis.call('ZREM', queue, head)
     redis.call('HDEL', deadlines, head)
@@ -45,9 +49,9 @@ local function wake_head(queue, deadlines, sigprefix, now_ms)
   return head
 end
 
-local function enqueue(queue, deadlines, token, now_ms, now_us, waiter_ttl_ms)
+local function enqueue(queue, deadlines, token, now_ms, now_us, waiter_ttl_ms, extra)
   redis.call('ZADD', queue, 'NX', now_us, token)
-  redis.call('HSET', deadlines, token, now_ms + waiter_ttl_ms)
+  redis.call('HSET', deadlines, token, string.format('%.0f', now_ms + waiter_ttl_ms) .. (extra or ''))
   local keep = waiter_ttl_ms + 1000
   if redis.call('PTTL', queue) < keep then
     redis.call('PEXPIRE', queue, keep)

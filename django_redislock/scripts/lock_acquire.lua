@@ -14,20 +14,75 @@
 -- KEYS[5] stats     HASH   usage counters (_stats.lua); optional
 -- ARGV[9] stats_ttl_ms   how long counters outlive their last update; 0: counting off
 -- ARGV[10] waited_ms     -1 on a call's first attempt, else ms it has waited so far
--- Returns {1, fence} when held; {0, retry_hint_ms} when not; {-1, 0} when a
--- reentrant acquire finds the lock no longer ours.
+-- ARGV[11] grant_ms      first lease of a handoff to this waiter (_handoff.lua)
+-- Returns one integer: the fencing token (> 0) when held; 0 when a reentrant
+-- acquire finds the lock no longer ours; -1 - retry_hint_ms when refused.
+--
+-- The common case, a free lock nobody waits for, comes first and is written
+-- out in full (next_fence and count_acquire inlined): it runs before the
+-- preludes, so it pays for none of their closures, and it is most of the
+-- server time of an uncontended lock.
 local lock, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local token, lease, mode = ARGV[1], ARGV[2], ARGV[3]
 local sigprefix = ARGV[5]
 
+local queue_empty = mode ~= 'nest' and redis.call('EXISTS', queue) == 0
+local fence
+if queue_empty then
+  fence = redis.call('INCR', fence_key)
+  if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
+    local t = redis.call('TIME')
+    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', ARGV[7])
+  end
+  if redis.call('SET', lock,
+      token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[8] .. ':'
+        .. ARGV[6], 'NX', 'PX', lease) then
+    if KEYS[5] and ARGV[9] and ARGV[9] ~= '0' then  -- count_acquire (Redlock passes no stats)
+      if redis.call('HINCRBY', KEYS[5], 'acquired', 1) % 64 == 1 then
+        redis.call('PEXPIRE', KEYS[5], ARGV[9])
+      end
+      if tonumber(ARGV[10]) > 0 then
+        redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[10])
+      end
+    end
+    return fence
+  end
+end
+
+-- @preludes
+
 local function acquired(fence)
   count_acquire(KEYS[5], ARGV[9], ARGV[10])
-  return {1, fence}
+  return fence
 end
 
 local function refused(hint)
   count_contention(KEYS[5], ARGV[9], ARGV[10])
-  return {0, hint}
+  return -1 - math.max(hint, 0)
+end
+
+-- A waiter re-checking after the lock was handed to it, before it read its
+-- signal: it holds the lock already. Take the handoff, with the full lease.
+-- (Counted when it was handed over.)
+local function handed_over()
+  if mode ~= 'wait' then
+    return nil
+  end
+  local value = redis.call('GET', lock)
+  if not (value and string.sub(value, 1, #token + 1) == token .. ':') then
+    return nil
+  end
+  local _, waiters, count, fence, _, since, holder = parse_lock(value)
+  redis.call('DEL', sigprefix .. token)
+  redis.call('SET', lock, lock_value(token, waiters, count, fence, lease, since, holder),
+    'PX', lease)
+  return tonumber(fence)
+end
+
+local function wait_in_line(now_ms, now_us)
+  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]),
+    ':' .. ARGV[11] .. ':' .. ARGV[6])
 end
 
 if mode == 'nest' then
@@ -37,24 +92,22 @@ if mode == 'nest' then
     owner, waiters, count, fence, _, since, holder = parse_lock(value)
   end
   if owner ~= token then
-    return {-1, 0}
+    return 0
   end
   redis.call('SET', lock, lock_value(token, waiters, count + 1, fence, lease, since, holder),
     'PX', lease)
-  return {1, tonumber(fence)}
+  return tonumber(fence)
 end
 
--- Fast path: nobody is queued, so a free lock is ours with one SET NX.
-if redis.call('EXISTS', queue) == 0 then
-  local fence = next_fence(fence_key, tonumber(ARGV[7]))
-  if redis.call('SET', lock, lock_value(token, 0, 1, fence, lease, ARGV[8], ARGV[6]),
-      'NX', 'PX', lease) then
-    return acquired(fence)
+-- Nobody was queued but the lock is taken (the fast path's SET NX failed).
+if queue_empty then
+  local mine = handed_over()
+  if mine then
+    return mine
   end
   local hint = redis.call('PTTL', lock)
   if mode == 'wait' then
-    local now_ms, now_us = server_time()
-    enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]))
+    wait_in_line(server_time())
     mark_waiters(lock)
   end
   return refused(hint)
@@ -65,6 +118,10 @@ local now_ms, now_us = server_time()
 local hint
 local held = redis.call('EXISTS', lock) == 1
 if held then
+  local mine = handed_over()
+  if mine then
+    return mine
+  end
   hint = redis.call('PTTL', lock)
 else
   local head, deadline = queue_head(queue, deadlines, now_ms)
@@ -82,7 +139,7 @@ else
   hint = deadline - now_ms
 end
 if mode == 'wait' then
-  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]))
+  wait_in_line(now_ms, now_us)
   if held then
     mark_waiters(lock)
   end

@@ -1,0 +1,102 @@
+"""The hot path: scripts and BLPOP written straight to a pooled connection.
+
+It must behave like redis-py's own path in everything but speed: the same
+replies and errors, a stale connection replaced, a connection never left out
+of step with its replies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import redis
+
+from django_redislock import Lock, backend
+
+FIRST = "return 'first'"
+SECOND = "return 'second'"
+
+
+@pytest.fixture
+def client() -> Any:
+    return backend.get_client("default")
+
+
+def sha_of(client: Any, script: str) -> bytes:
+    return str(client.script_load(script)).encode()
+
+
+def connected_clients(client: redis.Redis) -> int:
+    return len(client.client_list(_type="normal"))
+
+
+def test_replies_match_redis_pys(client: Any) -> None:
+    sha = sha_of(client, "return {KEYS[1], ARGV[1], tonumber(ARGV[2]) + 1, ARGV[3]}")
+    expected = client.evalsha(sha, 1, "k", "välue", 41, 2.5)
+    assert backend.evalsha(client, sha, ["k"], ["välue", 41, 2.5]) == expected
+    assert expected == [b"k", "välue".encode(), 42, b"2.5"]
+
+
+def test_a_connection_the_server_closed_is_replaced(client: Any, redis_client: redis.Redis) -> None:
+    lock = Lock("stale")
+    assert lock.acquire()
+    lock.release()  # the pool now keeps a connection
+    assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
+    assert lock.acquire()  # the dead connection is noticed and the command resent
+    lock.release()
+    assert not lock.locked()
+
+
+def test_an_error_reply_is_raised_and_the_connection_stays_in_step(
+    client: Any, redis_client: redis.Redis
+) -> None:
+    failing = sha_of(client, "return redis.error_reply('boom')")
+    second = sha_of(client, SECOND)
+    backend.evalsha(client, second, ["k"], [])
+    before = connected_clients(redis_client)
+    with pytest.raises(redis.ResponseError, match="boom"):
+        backend.evalsha(client, failing, ["k"], [])
+    assert backend.evalsha(client, second, ["k"], []) == b"second"
+    assert connected_clients(redis_client) == before  # the same connection, reused
+
+
+def test_an_interrupted_reply_never_answers_a_later_command(
+    client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = sha_of(client, FIRST), sha_of(client, SECOND)
+    real_read = redis.connection.Connection.read_response
+    interrupted: list[bool] = []
+
+    def interrupt_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not interrupted:
+            interrupted.append(True)
+            raise KeyboardInterrupt  # Ctrl-C after the command went out
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.Connection, "read_response", interrupt_once)
+    with pytest.raises(KeyboardInterrupt):
+        backend.evalsha(client, first, ["k"], [])
+    # Had the connection gone back to the pool as it was, this would read 'first'.
+    assert backend.evalsha(client, second, ["k"], []) == b"second"
+
+
+def test_clients_without_a_plain_pool_use_redis_pys_path(redis_url: str) -> None:
+    single = redis.Redis.from_url(redis_url, single_connection_client=True)
+    try:
+        sha = sha_of(single, SECOND)
+        assert backend.evalsha(single, sha, ["k"], []) == b"second"
+        assert backend.blpop(single, "nothing", 0.05) is None
+    finally:
+        single.close()
+
+
+def test_blpop_returns_key_and_value_or_none(client: Any, redis_client: redis.Redis) -> None:
+    redis_client.rpush("signal", "1")
+    assert backend.blpop(client, "signal", 1.0) == (b"signal", b"1")
+    assert backend.blpop(client, "signal", 0.05) is None
+
+
+@pytest.mark.parametrize("odd", [True, memoryview(b"x"), None, object()])
+def test_arguments_only_redis_py_can_encode_are_left_to_it(odd: object) -> None:
+    assert backend._pack((b"EVALSHA", b"0" * 40, 0, odd)) is None
