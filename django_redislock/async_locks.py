@@ -24,6 +24,7 @@ from .base import (
     Holding,
     check_seconds,
     current_pid,
+    handoff_fresh,
     new_token,
     wait_seconds,
 )
@@ -151,13 +152,15 @@ class AsyncLock(LockBase, AsyncPrimitive):
                             await conn.run(LOCK_CANCEL, release_keys, release_args)
                         self._announce_contended(begun)
                         return int(value)
-                    waiting_since = time.monotonic()
                     signal = await conn.call(
                         "blpop", [signal_key], timeout=wait_seconds(value, chunk, deadline)
                     )
-                    if auto_renew and signal is not None and signal[1] not in WAKE_UP:
-                        # Handed over while waiting (see wait_turn): a short first lease.
-                        handed, value, started = True, int(signal[1]), waiting_since
+                    if (
+                        signal is not None
+                        and signal[1] not in WAKE_UP
+                        and handoff_fresh(started, grant_ms / 1000 if auto_renew else 0.0)
+                    ):  # handed over while waiting: see wait_turn
+                        handed, value = True, int(signal[1])
                         break
                     self._waited(args, begun)
             except BaseException:
@@ -171,7 +174,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         self._holdings[self._task()] = holding
         if auto_renew:
             watchdog.watch(holding)
-        # a handoff arrived after `started`, when its wait began
+        # a handoff came after `started` (see wait_turn); the wait ended now
         self._announce_acquired((time.monotonic() if handed else started) - begun, value)
         return None
 

@@ -238,11 +238,13 @@ def _lean(client: Any, command: tuple[Any, ...], fallback: Callable[[], Any]) ->
     """Send ``command`` on a pooled connection of ``client``; ``fallback()`` runs
     it on redis-py's path where that is not possible.
 
-    Only what redis-py would retry is retried, and by redis-py: a
-    ``ConnectionError`` (say a pooled connection the server has closed) runs
-    the command again through ``fallback``, with the client's retry policy. A
-    timeout is not retried: the command may have run, and a second run of a
-    release would report the lock lost.
+    Only a command that cannot have reached Redis is sent again, through
+    ``fallback`` and so with the client's retry policy: when no connection
+    could be had, or writing it failed. Once it was written, a lost reply
+    (a dropped connection, a timeout) is raised: the command may have run,
+    and running it twice is wrong (a second release reports the lock lost; a
+    second try-acquire is refused by the first one's grant, which nobody
+    would release). The caller's clean-up handles the uncertainty.
     """
     pool = _lean_pool(client)
     packed = None if pool is None else _pack(command)
@@ -254,12 +256,18 @@ def _lean(client: Any, command: tuple[Any, ...], fallback: Callable[[], Any]) ->
         return fallback()
     try:
         conn.send_packed_command((packed,))
-        reply = conn.read_response()
-    except redis.ConnectionError:
-        conn.disconnect()
+    except redis.ConnectionError:  # not written (the connection is already closed)
         pool.release(conn)
         return fallback()
-    except RedisError:  # an error reply (NOSCRIPT, a script error) or a timeout
+    except BaseException:
+        conn.disconnect()
+        pool.release(conn)
+        raise
+    try:
+        reply = conn.read_response()
+    except RedisError as exc:  # an error reply (NOSCRIPT, a script error), a timeout, a drop
+        if not isinstance(exc, redis.ResponseError):  # the reply may still come: out of step
+            conn.disconnect()
         pool.release(conn)
         raise
     except BaseException:  # interrupted mid-reply: the connection is out of step

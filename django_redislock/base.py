@@ -120,36 +120,19 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-class _ThisProcess:
-    """This process's id, kept current across ``fork()``.
-
-    ``os.getpid()`` is a system call, and an acquire and release asked it four
-    times; a fork-time hook keeps the answer instead.
-    """
-
-    pid = os.getpid()
-    holder_prefix = ""  # "host:pid:", on first use
-
-    @classmethod
-    def forked(cls) -> None:
-        cls.pid = os.getpid()
-        cls.holder_prefix = ""
+#: The process's id, asked anew each time: fork-time hooks do not run
+#: everywhere (uWSGI without ``py-call-osafterfork``).
+current_pid = os.getpid
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_ThisProcess.forked)
-
-
-def current_pid() -> int:
-    return _ThisProcess.pid
+@functools.cache
+def _holder_prefix(pid: int) -> str:
+    return f"{_hostname()}:{pid}:"
 
 
 def holder_description() -> str:
     """Who holds a lock, for operators: ``host:pid:thread``."""
-    prefix = _ThisProcess.holder_prefix
-    if not prefix:
-        prefix = _ThisProcess.holder_prefix = f"{_hostname()}:{_ThisProcess.pid}:"
-    return prefix + threading.current_thread().name
+    return _holder_prefix(os.getpid()) + threading.current_thread().name
 
 
 def new_token() -> str:
@@ -214,7 +197,7 @@ class Holding:
         self.client = client
         self.lease = lease
         self.depth = 1
-        self.pid = _ThisProcess.pid
+        self.pid = os.getpid()
         self.fencing_token = fencing_token
         self.acquired_at = time.monotonic()
         # Measured from before the request was sent: never later than Redis's view.
@@ -297,6 +280,7 @@ class Resolved:
         "lease",
         "lease_ms",
         "memo",
+        "options",
         "settings",
         "sigprefix",
         "wire_keys",
@@ -306,6 +290,7 @@ class Resolved:
 
     def __init__(self, primitive: Primitive, wrapped: object, settings: LockSettings) -> None:
         self.wrapped = wrapped
+        self.options = primitive._resolve_options()
         self.settings = settings
         self.client, self.chunk = primitive._client_and_chunk(settings)
         self.keys, self.sigprefix = primitive._key_set(settings.key_prefix)
@@ -354,11 +339,20 @@ class Primitive:
 
     # settings and keys, resolved at use
 
+    def _resolve_options(self) -> tuple[object, ...]:
+        """The attributes ``Resolved`` depends on (users may change them)."""
+        return (self.timeout, self.auto_renew, self.using)
+
     def _resolve(self) -> Resolved:
-        """Settings, client and keys; built again when Django's settings change."""
+        """Settings, client and keys; built again when Django's settings or this
+        primitive's options change."""
         wrapped = _wrapped_settings()
         resolved = self._resolved
-        if resolved is not None and resolved.wrapped is wrapped:
+        if (
+            resolved is not None
+            and resolved.wrapped is wrapped
+            and resolved.options == self._resolve_options()
+        ):
             return resolved
         settings = get_settings()
         resolved = self._resolved = Resolved(self, _wrapped_settings(), settings)
@@ -555,6 +549,18 @@ HANDED = 2
 WAKE_UP = (b"1", "1")
 
 
+def handoff_fresh(started: float, handoff_lease: float) -> bool:
+    """Whether a handoff just read can be taken as it is.
+
+    The handoff came after the attempt sent at ``started``, so its first
+    lease ends no earlier than ``started + handoff_lease``. With less than a
+    quarter of it left (a waiter paused past it) another acquire attempt is
+    the safe way: it finds the lock still the waiter's, and sets the full
+    lease, or not, and queues it again.
+    """
+    return handoff_lease > 0 and time.monotonic() - started < 0.75 * handoff_lease
+
+
 def wait_turn(
     attempt: Callable[[], tuple[int, int]],
     cancel: Callable[[], None],
@@ -566,7 +572,7 @@ def wait_turn(
     deadline: float | None,
     name: str,
     undo: Callable[[], object] | None = None,
-    take_handoffs: bool = False,
+    handoff_lease: float = 0.0,
 ) -> tuple[int, int, float, bool]:
     """The fair wait loop: ``attempt()`` until it answers other than ``REFUSED``.
 
@@ -575,9 +581,12 @@ def wait_turn(
     signal list, bounded by ``wait_seconds``. Returns ``(status, value,
     started, queued)``, where ``started`` is when the last attempt was sent
     (the lease is measured from there). A signal other than a plain wake-up
-    is a handoff; with ``take_handoffs`` the status is then ``HANDED``, the
-    value the fencing token, and ``started`` when the wait began (the handoff
-    came later); without, the next attempt finds the primitive its own. On
+    is a handoff, with a first lease of ``handoff_lease`` seconds: the status
+    is then ``HANDED`` and the value the fencing token (the handoff came after
+    that attempt, so its lease is measured from there too). Without
+    ``handoff_lease``, or when most of that lease has passed (the caller was
+    paused), the next attempt takes the primitive, with its full lease, if it
+    is still the caller's. On
     giving up it leaves the queue with ``cancel``; on any exception it tries
     to, and also runs ``undo`` (a compare-and-delete by the caller's token):
     an attempt interrupted after Redis ran it may have been granted, and would
@@ -596,10 +605,13 @@ def wait_turn(
                 if queued:
                     cancel()
                 return REFUSED, int(value), started, queued
-            waiting_since = time.monotonic()
             signal = backend.blpop(client, signal_key, wait_seconds(value, chunk, deadline))
-            if take_handoffs and signal is not None and signal[1] not in WAKE_UP:
-                return HANDED, int(signal[1]), waiting_since, queued
+            if (
+                signal is not None
+                and signal[1] not in WAKE_UP
+                and handoff_fresh(started, handoff_lease)
+            ):
+                return HANDED, int(signal[1]), started, queued
     except BaseException as exc:
         for cleanup in (cancel if queued else None, undo):
             if cleanup is None:

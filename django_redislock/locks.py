@@ -316,7 +316,8 @@ class Lock(LockBase, SyncPrimitive):
             deadline=deadline,
             name=self.name,
             undo=lambda: LOCK_RELEASE(client, release_keys, release_args),
-            take_handoffs=auto_renew,  # else the next attempt takes it, with the full lease
+            # without a watchdog the next attempt takes it, with the full lease
+            handoff_lease=grant_ms / 1000 if auto_renew else 0.0,
         )
         if status not in (ACQUIRED, HANDED):
             self._announce_contended(begun)
@@ -330,7 +331,7 @@ class Lock(LockBase, SyncPrimitive):
         self._local.holding = holding
         if auto_renew:
             watchdog.watch(holding)
-        # a handoff arrived after `started`, when its wait began
+        # a handoff came after `started` (see wait_turn); the wait ended now
         self._announce_acquired((time.monotonic() if status == HANDED else started) - begun, value)
         return None
 

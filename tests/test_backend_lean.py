@@ -43,9 +43,55 @@ def test_a_connection_the_server_closed_is_replaced(client: Any, redis_client: r
     assert lock.acquire()
     lock.release()  # the pool now keeps a connection
     assert redis_client.client_kill_filter(_type="normal", skipme=True) >= 1
-    assert lock.acquire()  # the dead connection is noticed and the command resent
+    assert lock.acquire()  # the dead connection is noticed and replaced
     lock.release()
     assert not lock.locked()
+
+
+COUNT = "return redis.call('INCR', KEYS[1])"
+
+
+def test_a_command_that_could_not_be_written_is_sent_again(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sha = sha_of(client, COUNT)
+    real_send = redis.connection.Connection.send_packed_command
+    failed: list[bool] = []
+
+    def fail_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not failed:
+            failed.append(True)
+            self.disconnect()
+            raise redis.ConnectionError("Error 32 while writing to socket. Broken pipe.")
+        return real_send(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.Connection, "send_packed_command", fail_once)
+    assert backend.evalsha(client, sha, ["runs"], []) == 1
+    assert failed and redis_client.get("runs") == b"1"
+
+
+def test_a_lost_reply_is_raised_not_run_twice(
+    client: Any, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The script ran; only its reply was lost. A second run would be a second
+    effect (a release reported as lost, a try-acquire refused by its own grant)."""
+    sha = sha_of(client, COUNT)
+    real_read = redis.connection.Connection.read_response
+    dropped: list[bool] = []
+
+    def drop_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not dropped:
+            dropped.append(True)
+            real_read(self, *args, **kwargs)  # the server answered...
+            self.disconnect()
+            raise redis.ConnectionError("Connection closed by server.")  # ...we never saw it
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.connection.Connection, "read_response", drop_once)
+    with pytest.raises(redis.ConnectionError):
+        backend.evalsha(client, sha, ["runs"], [])
+    assert redis_client.get("runs") == b"1"
+    assert backend.evalsha(client, sha, ["runs"], []) == 2  # and the pool still works
 
 
 def test_an_error_reply_is_raised_and_the_connection_stays_in_step(

@@ -13,6 +13,7 @@ import time
 import redis
 
 from django_redislock import AsyncLock, Lock
+from django_redislock.base import handoff_fresh
 from django_redislock.locks import parse_lock_value
 from django_redislock.scripts import LOCK_ACQUIRE, LOCK_CANCEL
 from tests.test_lock_waits import wait_for_queue
@@ -55,9 +56,14 @@ def test_release_hands_the_lock_over_without_freeing_it(redis_client: redis.Redi
     fences: list[int | None] = []
     done = threading.Event()
 
+    client_view: list[float] = []
+
     def wait() -> None:
         waiter = Lock("hand", timeout=30, blocking_timeout=30)
         with waiter:
+            holding = waiter._holding()
+            assert holding is not None
+            client_view.append(holding.lease_deadline - time.monotonic())
             fences.append(waiter.fencing_token)
             acquired.set()
             done.wait(30)
@@ -67,11 +73,15 @@ def test_release_hands_the_lock_over_without_freeing_it(redis_client: redis.Redi
     wait_for_queue(redis_client, "hand", 1)
     holder_token = owner(redis_client, "hand")
     holder.release()
-    # The release script made the waiter the owner: the lock was never free.
+    # The release script made the waiter the owner: the lock was never free,
+    # and its first lease is the waiter's re-check span, not the full 30 s.
     assert owner(redis_client, "hand") not in (None, holder_token)
+    assert 0 < redis_client.pttl(key("hand", "lock")) <= 3000
     assert redis_client.zcard(key("hand", "queue")) == 0
     assert acquired.wait(10)
     assert fences[0] is not None and fences[0] > first_fence
+    # The waiter measures its first lease from before the handoff: never later than Redis.
+    assert client_view[0] <= redis_client.pttl(key("hand", "lock")) / 1000 + 0.05
     # A short first lease, which the waiter's watchdog renews to the full 30 s.
     deadline = time.monotonic() + 10
     while redis_client.pttl(key("hand", "lock")) < 10_000:
@@ -229,3 +239,44 @@ def test_async_waiter_is_handed_the_lock(redis_client: redis.Redis) -> None:
     first, second, never_free = asyncio.run(main())
     assert never_free
     assert first is not None and second is not None and second > first
+
+
+def test_a_handoff_whose_first_lease_ran_out_is_not_taken_later(
+    redis_client: redis.Redis,
+) -> None:
+    """A waiter paused past its first lease, while someone else took the lock,
+    must not wake up later believing the stale handoff."""
+    holder = Lock("stale")
+    holder.acquire()
+    token = "face" * 8
+    queue_fake_waiter(redis_client, "stale", token, grant_ms=50)
+    holder.release()  # handed to the (paused) waiter, for 50 ms
+    signal = key("stale", "signal:" + token)
+    assert redis_client.llen(signal) == 1
+    deadline = time.monotonic() + 10
+    while redis_client.exists(key("stale", "lock")):
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    newcomer = Lock("stale")
+    assert newcomer.acquire()  # the first lease ran out: the lock is free for anyone
+    keys = [key("stale", p) for p in ("lock", "fence", "queue", "deadlines", "stats")]
+    args = [token, 20_000, "wait", 3000, key("stale", "signal:"), "h:1:T", 10_000, 0, 0, 1, 50]
+    assert LOCK_ACQUIRE(redis_client, keys, args) < 0  # the waiter re-checks: refused, queued
+    assert redis_client.llen(signal) == 0  # and the stale handoff is gone
+    newcomer.release()  # hands the lock to the re-queued waiter, with a fresh first lease
+    assert owner(redis_client, "stale") == token
+
+
+def test_a_handoff_read_late_is_checked_again() -> None:
+    assert handoff_fresh(time.monotonic(), 3.0)
+    assert not handoff_fresh(time.monotonic() - 2.5, 3.0)  # paused past most of it
+    assert not handoff_fresh(time.monotonic(), 0.0)  # a waiter that takes no handoffs
+
+
+def test_a_changed_timeout_is_used_by_the_next_acquire(redis_client: redis.Redis) -> None:
+    lock = Lock("retimed", timeout=30)
+    with lock:
+        assert redis_client.pttl(key("retimed", "lock")) > 20_000
+    lock.timeout = 5
+    with lock:
+        assert redis_client.pttl(key("retimed", "lock")) <= 5000

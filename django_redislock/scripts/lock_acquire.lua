@@ -80,9 +80,13 @@ local function handed_over()
   return tonumber(fence)
 end
 
+-- Queue (or re-queue) a refused waiter. Whatever its signal list holds is
+-- stale now: a wake-up is being acted on by this very attempt, and a handoff
+-- whose first lease ran out (the lock is not ours) must not be taken later.
 local function wait_in_line(now_ms, now_us)
+  redis.call('DEL', sigprefix .. token)
   enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]),
-    ':' .. ARGV[11] .. ':' .. ARGV[6])
+    ':' .. (ARGV[11] or '0') .. ':' .. ARGV[6])
 end
 
 if mode == 'nest' then
