@@ -27,7 +27,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from . import backend, signals
 from .conf import LockSettings, _wrapped_settings, get_settings
@@ -573,6 +573,7 @@ def wait_turn(
     name: str,
     undo: Callable[[], object] | None = None,
     handoff_lease: float = 0.0,
+    first: tuple[int, int, float] | None = None,
 ) -> tuple[int, int, float, bool]:
     """The fair wait loop: ``attempt()`` until it answers other than ``REFUSED``.
 
@@ -591,13 +592,17 @@ def wait_turn(
     to, and also runs ``undo`` (a compare-and-delete by the caller's token):
     an attempt interrupted after Redis ran it may have been granted, and would
     otherwise hold the primitive for a whole lease with nobody to release it.
-    Redis failures become ``LockBackendError``.
+    Redis failures become ``LockBackendError``. ``first``: the ``(status,
+    value, started)`` of an attempt the caller already made.
     """
     queued = False
     try:
         while True:
-            started = time.monotonic()
-            status, value = attempt()
+            if first is not None:
+                (status, value, started), first = first, None
+            else:
+                started = time.monotonic()
+                status, value = attempt()
             if status != REFUSED:
                 return int(status), int(value), started, queued
             queued = may_wait
@@ -613,13 +618,20 @@ def wait_turn(
             ):
                 return HANDED, int(signal[1]), started, queued
     except BaseException as exc:
-        for cleanup in (cancel if queued else None, undo):
-            if cleanup is None:
-                continue
-            try:
-                cleanup()
-            except backend.BACKEND_ERRORS as cleanup_exc:
-                logger.debug("Could not clean up an interrupted wait on %r: %s", name, cleanup_exc)
-        if isinstance(exc, backend.BACKEND_ERRORS):
-            raise backend.backend_error(name, exc) from exc
-        raise
+        abandon(name, exc, cancel if queued else None, undo)
+
+
+def abandon(name: str, exc: BaseException, *cleanups: Callable[[], object] | None) -> NoReturn:
+    """Clean up after an interrupted or failed acquire, then raise ``exc``
+    (a Redis failure as ``LockBackendError``). Clean-ups are best effort: a
+    Redis error in one must not replace the original exception."""
+    for cleanup in cleanups:
+        if cleanup is None:
+            continue
+        try:
+            cleanup()
+        except backend.BACKEND_ERRORS as cleanup_exc:
+            logger.debug("Could not clean up an interrupted wait on %r: %s", name, cleanup_exc)
+    if isinstance(exc, backend.BACKEND_ERRORS):
+        raise backend.backend_error(name, exc) from exc
+    raise exc

@@ -31,6 +31,7 @@ from .base import (
     Holding,
     Primitive,
     SyncPrimitive,
+    abandon,
     check_seconds,
     current_pid,
     holder_description,
@@ -297,28 +298,37 @@ class Lock(LockBase, SyncPrimitive):
         if release_keys is None:
             release_keys = resolved.memo["release_keys"] = self._release_keys(wire_keys)
         release_args = self._release_args(token.encode(), wire_sigprefix, settings.stats_ttl_ms)
-        attempts = 0
 
-        def attempt() -> Any:
-            nonlocal attempts
-            if attempts:
+        def undo() -> None:
+            LOCK_RELEASE(client, release_keys, release_args)
+
+        # The first attempt here, the wait loop only if it was refused: most
+        # acquires find the lock free, and this is the hot path.
+        try:
+            status, value = acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
+        except BaseException as exc:
+            abandon(self.name, exc, undo)
+        started = begun
+        if status == REFUSED:
+
+            def attempt() -> tuple[int, int]:
                 self._waited(args, begun)
-            attempts += 1
-            return acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
+                return acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
 
-        status, value, started, _ = wait_turn(
-            attempt,
-            lambda: self._leave_queue(client, release_keys, release_args),
-            client=client,
-            signal_key=sigprefix + token,
-            chunk=chunk,
-            may_wait=may_wait,
-            deadline=deadline,
-            name=self.name,
-            undo=lambda: LOCK_RELEASE(client, release_keys, release_args),
-            # without a watchdog the next attempt takes it, with the full lease
-            handoff_lease=grant_ms / 1000 if auto_renew else 0.0,
-        )
+            status, value, started, _ = wait_turn(
+                attempt,
+                lambda: self._leave_queue(client, release_keys, release_args),
+                client=client,
+                signal_key=sigprefix + token,
+                chunk=chunk,
+                may_wait=may_wait,
+                deadline=deadline,
+                name=self.name,
+                undo=undo,
+                # without a watchdog the next attempt takes it, with the full lease
+                handoff_lease=grant_ms / 1000 if auto_renew else 0.0,
+                first=(status, value, begun),
+            )
         if status not in (ACQUIRED, HANDED):
             self._announce_contended(begun)
             return value
