@@ -8,9 +8,11 @@
 - ``raw floor``: a bare ``ZADD`` then ``ZREM`` (two round trips, no checks):
   the least any correct sorted-set semaphore must pay.
 
-Each contender runs in short blocks, interleaved round-robin so that noise on
-a shared machine hits all of them alike; the report gives the median block
-rate and ratios to the floor. Starts its own private ``redis-server``.
+Each contender runs in short blocks, interleaved round-robin (the order
+rotating every round) so that noise on a shared machine hits all of them
+alike; the report gives the median block rate and the median over rounds of
+each contender's rate divided by the floor's in the same round, as
+``python -m bench`` does for locks. Starts its own private ``redis-server``.
 
     .venv/bin/python bench/bench_semaphore.py [--seconds 0.4] [--rounds 7]
 """
@@ -110,7 +112,7 @@ def rate(cycle: Callable[[], None], seconds: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=0.4, help="length of one block")
-    parser.add_argument("--rounds", type=int, default=7, help="blocks per contender")
+    parser.add_argument("--rounds", type=int, default=15, help="blocks per contender")
     parser.add_argument("--limit", type=int, default=5, help="semaphore limit")
     options = parser.parse_args()
 
@@ -139,25 +141,29 @@ def main() -> None:
         }
         for cycle in contenders.values():  # warm up: connections, script load
             rate(cycle, 0.05)
-        rates: dict[str, list[float]] = {name: [] for name in contenders}
-        for _ in range(options.rounds):
-            for name, cycle in contenders.items():
-                rates[name].append(rate(cycle, options.seconds))
+        names = list(contenders)
+        rates: dict[str, list[float]] = {name: [] for name in names}
+        for round_no in range(options.rounds):
+            shift = round_no % len(names)
+            for name in names[shift:] + names[:shift]:
+                rates[name].append(rate(contenders[name], options.seconds))
         conn.close()
 
-    floor = statistics.median(rates["raw floor"])
+    def same_round(name: str, base: str) -> float:
+        return statistics.median(a / b for a, b in zip(rates[name], rates[base], strict=True))
+
     print(
         f"semaphore acquire+release, 1 client, limit={options.limit}, "
-        f"{options.rounds} interleaved blocks of {options.seconds}s (median cycles/s)"
+        f"{options.rounds} rounds of interleaved {options.seconds}s blocks "
+        f"(median cycles/s; ratio: median of same-round ratios)"
     )
     for name, samples in rates.items():
-        median = statistics.median(samples)
         print(
-            f"  {name:<10} {median:>9.0f} /s   {median / floor:5.2f}x floor   "
+            f"  {name:<10} {statistics.median(samples):>9.0f} /s   "
+            f"{same_round(name, 'raw floor'):5.2f}x floor   "
             f"(min {min(samples):.0f}, max {max(samples):.0f})"
         )
-    versus_seed = statistics.median(rates["Semaphore"]) / statistics.median(rates["seed fair"])
-    print(f"  Semaphore vs seed fair: {versus_seed:.2f}x")
+    print(f"  Semaphore vs seed fair: {same_round('Semaphore', 'seed fair'):.2f}x")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from bench.libs import LIBRARIES
 from bench.report import Thresholds, render, summarize_contended, targets
 from bench.workers import Command, worker_main
 
-DEFAULTS = {"rounds": 7, "cycles": 300, "processes": 8, "contended_rounds": 2, "duration": 1.0}
+DEFAULTS = {"rounds": 15, "cycles": 300, "processes": 8, "contended_rounds": 2, "duration": 1.0}
 QUICK = {"rounds": 3, "cycles": 100, "processes": 8, "contended_rounds": 1, "duration": 0.3}
 
 

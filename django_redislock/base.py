@@ -160,6 +160,7 @@ class Holding:
         "name",
         "pid",
         "release_args",
+        "release_packed",
         "releasing",
         "renew_args",
         "renew_interval",
@@ -210,6 +211,8 @@ class Holding:
         #: What the primitive's release script takes besides the keys, when
         #: it is the same for every release of this holding.
         self.release_args: list[Any] = []
+        #: The release call packed (``Script.template``), where there is one.
+        self.release_packed: bytes | None = None
         self.active = True
         self.releasing = False
         self.lost: str | None = None

@@ -21,9 +21,9 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from . import backend
+from . import backend, scripts
 from .base import (
     FENCE_MEMORY_MS,
     HANDED,
@@ -40,6 +40,10 @@ from .base import (
 )
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .watchdog import watchdog
+
+if TYPE_CHECKING:
+    from .backend import Template
+    from .base import Resolved
 
 logger = logging.getLogger(__name__)
 
@@ -115,6 +119,32 @@ class LockBase(Primitive):
     @staticmethod
     def _release_args(token: str | bytes, sigprefix: str | bytes, stats_ttl_ms: int) -> list[Any]:
         return [token, sigprefix, _FENCE_MEMORY_ARG, stats_ttl_ms]
+
+    def _packed(self, resolved: Resolved, args: list[Any]) -> tuple[bytes, bytes]:
+        """The first acquire call and the release call of ``args``, packed from
+        templates kept per settings (and per mode and holder description)."""
+        templates: dict[Any, Template] = resolved.memo.setdefault("templates", {})
+        spec = (args[2], args[5])  # mode, holder: the rest is fixed per settings
+        acquire = templates.get(spec)
+        if acquire is None:
+            if len(templates) > _ARG_CACHE_SIZE:
+                templates.clear()
+            release = templates.get("release")
+            if release is None:
+                release = scripts.LOCK_RELEASE.template(
+                    self._release_keys(resolved.wire_keys),
+                    [
+                        None,
+                        *self._release_args(
+                            b"", resolved.wire_sigprefix, resolved.settings.stats_ttl_ms
+                        )[1:],
+                    ],
+                )
+            templates["release"] = release
+            acquire = templates[spec] = scripts.LOCK_ACQUIRE.template(
+                resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
+            )
+        return acquire.fill(args[0], args[7]), templates["release"].fill(args[0])
 
     @staticmethod
     def _grant_ms(lease_ms: int, waiter_ttl_ms: int) -> int:
@@ -297,15 +327,16 @@ class Lock(LockBase, SyncPrimitive):
         release_keys = resolved.memo.get("release_keys")
         if release_keys is None:
             release_keys = resolved.memo["release_keys"] = self._release_keys(wire_keys)
-        release_args = self._release_args(token.encode(), wire_sigprefix, settings.stats_ttl_ms)
+        release_args = self._release_args(args[0], wire_sigprefix, settings.stats_ttl_ms)
+        acquire_packed, release_packed = self._packed(resolved, args)
 
         def undo() -> None:
-            LOCK_RELEASE(client, release_keys, release_args)
+            LOCK_RELEASE(client, release_keys, release_args, release_packed)
 
         # The first attempt here, the wait loop only if it was refused: most
         # acquires find the lock free, and this is the hot path.
         try:
-            status, value = acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
+            status, value = acquire_reply(LOCK_ACQUIRE(client, wire_keys, args, acquire_packed))
         except BaseException as exc:
             abandon(self.name, exc, undo)
         started = begun
@@ -336,6 +367,7 @@ class Lock(LockBase, SyncPrimitive):
             token, client, lease, started, value, wire_keys, wire_sigprefix, settings.stats_ttl_ms
         )
         holding.release_args = release_args
+        holding.release_packed = release_packed
         if status == HANDED:  # a short first lease, which the watchdog renews soon
             holding.lease_deadline = started + grant_ms / 1000
         self._local.holding = holding
@@ -381,7 +413,9 @@ class Lock(LockBase, SyncPrimitive):
         holding.releasing = holding.depth <= 1
         try:
             try:
-                result = LOCK_RELEASE(holding.client, holding.keys, holding.release_args)
+                result = LOCK_RELEASE(
+                    holding.client, holding.keys, holding.release_args, holding.release_packed
+                )
             except BaseException as exc:
                 self._release_failed(holding)
                 if isinstance(exc, backend.BACKEND_ERRORS):

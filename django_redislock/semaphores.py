@@ -21,7 +21,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import backend
 from .base import (
@@ -32,6 +32,7 @@ from .base import (
     Holding,
     Primitive,
     SyncPrimitive,
+    abandon,
     check_seconds,
     current_pid,
     holder_description,
@@ -49,6 +50,10 @@ from .scripts import (
     Script,
 )
 from .watchdog import watchdog
+
+if TYPE_CHECKING:
+    from .backend import Template
+    from .base import Resolved
 
 GRANTED, LIMIT_MISMATCH = 1, -2
 
@@ -116,6 +121,9 @@ class _Attempt:
     since: int
     args: list[Any]
     auto_renew: bool
+    #: The acquire call packed (``Script.template``), and the release's template.
+    packed: bytes
+    release_template: Template
 
     @property
     def queue_keys(self) -> list[bytes]:
@@ -181,6 +189,7 @@ class PermitBase(Primitive):
                 since,
             ]
         )
+        packed, release_template = self._templates(resolved, args, since)
         return _Attempt(
             client=resolved.client,
             chunk=chunk,
@@ -195,7 +204,30 @@ class PermitBase(Primitive):
             since=since,
             args=args,
             auto_renew=resolved.auto_renew,
+            packed=packed,
+            release_template=release_template,
         )
+
+    def _templates(self, resolved: Resolved, args: list[Any], since: int) -> tuple[bytes, Template]:
+        """The acquire call packed, and the release's template, from templates
+        kept per settings (and per mode and holder description)."""
+        templates: dict[Any, Template] = resolved.memo.setdefault("templates", {})
+        spec = (args[2], args[5])  # mode, holder: the rest is fixed per settings
+        acquire = templates.get(spec)
+        if acquire is None:
+            if len(templates) > 16:
+                templates.clear()
+            release = templates.get("release")
+            if release is None:
+                release = self.release_script.template(
+                    [resolved.wire_keys[0], resolved.wire_keys[2], resolved.wire_keys[3]],
+                    [None, *self._release_args("", resolved.sigprefix)[1:]],
+                )
+            templates["release"] = release
+            acquire = templates[spec] = self.acquire_script.template(
+                resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
+            )
+        return acquire.fill(args[0].encode(), b"%d" % since), templates["release"]
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
         """Record the outcome; ``None`` when granted, else the retry hint in ms."""
@@ -219,6 +251,7 @@ class PermitBase(Primitive):
             sigprefix=attempt.sigprefix,
         )
         holding.release_args = self._release_args(member, attempt.sigprefix)
+        holding.release_packed = attempt.release_template.fill(member.encode())
         self._stack().append(holding)
         if attempt.auto_renew:
             watchdog.watch(holding)
@@ -282,16 +315,25 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         """Acquire; ``None`` when held, else the server's retry hint in ms."""
         attempt = self._begin(blocking, blocking_timeout)
         client, keys, args, script = attempt.client, attempt.keys, attempt.args, self.acquire_script
-        status, value, started, queued = wait_turn(
-            lambda: permit_reply(script(client, keys, args)),
-            lambda: self._leave_queue(attempt),
-            client=client,
-            signal_key=attempt.sigprefix + attempt.token,
-            chunk=attempt.chunk,
-            may_wait=attempt.may_wait,
-            deadline=attempt.deadline,
-            name=self.name,
-        )
+        packed = attempt.packed
+        # The first attempt here, the wait loop only if it was refused (see Lock).
+        try:
+            status, value = permit_reply(script(client, keys, args, packed))
+        except BaseException as exc:
+            abandon(self.name, exc)
+        started, queued = attempt.begun, False
+        if status == REFUSED:
+            status, value, started, queued = wait_turn(
+                lambda: permit_reply(script(client, keys, args, packed)),
+                lambda: self._leave_queue(attempt),
+                client=client,
+                signal_key=attempt.sigprefix + attempt.token,
+                chunk=attempt.chunk,
+                may_wait=attempt.may_wait,
+                deadline=attempt.deadline,
+                name=self.name,
+                first=(status, value, started),
+            )
         if status not in (GRANTED, REFUSED) and queued:
             self._leave_queue(attempt)
         return self._finish(attempt, status, value, started)
@@ -313,7 +355,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         holding.releasing = True
         keys, args = self._release_call(holding)
         try:
-            result = self.release_script(holding.client, keys, args)
+            result = self.release_script(holding.client, keys, args, holding.release_packed)
         except BaseException as exc:
             holding.end()  # the lease frees the permit if Redis was not told
             if isinstance(exc, backend.BACKEND_ERRORS):

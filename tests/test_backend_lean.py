@@ -146,3 +146,28 @@ def test_blpop_returns_key_and_value_or_none(client: Any, redis_client: redis.Re
 @pytest.mark.parametrize("odd", [True, memoryview(b"x"), None, object()])
 def test_arguments_only_redis_py_can_encode_are_left_to_it(odd: object) -> None:
     assert backend._pack((b"EVALSHA", b"0" * 40, 0, odd)) is None
+
+
+def test_a_template_packs_the_same_bytes_as_a_whole_command() -> None:
+    template = backend.Template((b"EVALSHA", b"0" * 40, 2, b"k1", "k2", None, 7, None, b"x"))
+    filled = template.fill(b"token", b"1234")
+    whole = (b"EVALSHA", b"0" * 40, 2, b"k1", "k2", b"token", 7, b"1234", b"x")
+    assert filled == backend._pack(whole)
+    with pytest.raises(TypeError):
+        backend.Template((b"EVALSHA", True, None))
+
+
+def test_lock_and_semaphore_calls_from_templates_work(redis_client: redis.Redis) -> None:
+    """The pre-packed acquire and release calls reach Redis as the scripts expect."""
+    from django_redislock import Semaphore
+
+    lock = Lock("templated")
+    for _ in range(3):  # the first builds the templates, the rest reuse them
+        with lock:
+            assert redis_client.exists("redislock:{templated}:lock")
+        assert not lock.locked()
+    sem = Semaphore("templated", 2)
+    for _ in range(3):
+        with sem:
+            assert redis_client.zcard("redislock:{templated}:semaphore") == 1
+        assert redis_client.zcard("redislock:{templated}:semaphore") == 0

@@ -15,7 +15,7 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from django_redislock.backend import evalsha
+from django_redislock.backend import Template, evalsha
 
 #: Where a script wants the preludes, when not at its top.
 PRELUDE_MARK = "-- @preludes\n"
@@ -70,12 +70,23 @@ class Script:
         # Bytes go to the wire as they are; a str is encoded on every call.
         self._sha_arg = self.sha.encode()
 
-    def __call__(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+    def __call__(
+        self,
+        client: Any,
+        keys: Sequence[str | bytes],
+        args: list[Any],
+        packed: bytes | None = None,
+    ) -> Any:
+        """Run it; ``packed``: the same call from ``template``, ready to send."""
         try:
-            return evalsha(client, self._sha_arg, keys, args)
+            return evalsha(client, self._sha_arg, keys, args, packed)
         except NoScriptError:
             client.script_load(self.text)
-            return evalsha(client, self._sha_arg, keys, args)
+            return evalsha(client, self._sha_arg, keys, args, packed)
+
+    def template(self, keys: Sequence[str | bytes], args: Sequence[Any]) -> Template:
+        """A call packed once, with a hole for each ``None`` in ``args``."""
+        return Template((b"EVALSHA", self._sha_arg, len(keys), *keys, *args))
 
     def ensure_loaded(self, client: Any) -> None:
         """Load the script unless the server has it; for pipelines, which cannot

@@ -27,7 +27,8 @@ local time = redis.call('TIME')
 local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
 
-if redis.call('ZCARD', set) == 0 and redis.call('EXISTS', queue) == 0 then
+-- (No holders and no queue: neither key exists; Redis drops an empty ZSET.)
+if redis.call('EXISTS', set, queue) == 0 then
   local fence = redis.call('INCR', fence_key)
   if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
     fence = now_us
