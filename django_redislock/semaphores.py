@@ -20,6 +20,7 @@ import asyncio
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -259,9 +260,9 @@ class PermitBase(Primitive):
         return None
 
     @staticmethod
-    def _release_call(holding: Holding) -> tuple[list[Any], list[Any]]:
+    def _release_call(holding: Holding) -> tuple[Sequence[str | bytes], list[Any]]:
         """Keys and arguments of the release script, under the prefix the permit was taken."""
-        return list(holding.keys), holding.release_args
+        return holding.keys, holding.release_args
 
     def _after_release(self, holding: Holding, result: int) -> None:
         if not result:
@@ -529,7 +530,8 @@ class SemaphoreBase(PermitBase):
         return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
 
     def _acquire_args(self, args: list[Any]) -> list[Any]:
-        return [*args, self.limit]
+        args.append(self.limit)
+        return args
 
     def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:
         return [member, sigprefix, self.limit]
