@@ -164,7 +164,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
                         break
                     self._waited(args, begun)
             except BaseException:
-                await asyncio.shield(self._clean_up(conn, release_keys, release_args, queued))
+                await asyncio.shield(self._clean_up(conn, release_keys, release_args))
                 raise
         holding = self._new_holding(
             token, sync_client, lease, started, value, keys, sigprefix, settings.stats_ttl_ms
@@ -178,19 +178,18 @@ class AsyncLock(LockBase, AsyncPrimitive):
         self._announce_acquired((time.monotonic() if handed else started) - begun, value)
         return None
 
-    async def _clean_up(
-        self, conn: AsyncConnection, keys: list[Any], args: list[Any], queued: bool
-    ) -> None:
+    async def _clean_up(self, conn: AsyncConnection, keys: list[Any], args: list[Any]) -> None:
         """After an interrupted acquire (a cancelled task, a timeout): leave the
-        queue, and undo a grant Redis may have made just before the interruption,
-        which would otherwise hold the lock for a lease with nobody to release it.
-        Best effort: a Redis error here must not replace the original exception."""
-        cleanups = [LOCK_CANCEL, LOCK_RELEASE] if queued else [LOCK_RELEASE]
-        for script in cleanups:
-            try:
-                await conn.run(script, keys, args)
-            except backend.BACKEND_ERRORS as exc:
-                logger.debug("Could not clean up an interrupted acquire of %r: %s", self.name, exc)
+        queue, and undo a grant or handoff Redis may have made just before the
+        interruption, which would otherwise hold the lock for a lease with nobody
+        to release it. One cancel script does both, and it runs whether or not
+        the caller knew it was queued: the interrupted attempt may have queued
+        it without the reply arriving. Best effort: a Redis error here must not
+        replace the original exception."""
+        try:
+            await conn.run(LOCK_CANCEL, keys, args)
+        except backend.BACKEND_ERRORS as exc:
+            logger.debug("Could not clean up an interrupted acquire of %r: %s", self.name, exc)
 
     async def release(self) -> None:
         """Release one level of the current task's hold (see ``Lock.release``)."""

@@ -331,7 +331,9 @@ class Lock(LockBase, SyncPrimitive):
         acquire_packed, release_packed = self._packed(resolved, args)
 
         def undo() -> None:
-            LOCK_RELEASE(client, release_keys, release_args, release_packed)
+            # An interrupted attempt may have been granted the lock, or have
+            # queued us; the cancel script undoes either (and passes the lock on).
+            LOCK_CANCEL(client, release_keys, release_args)
 
         # The first attempt here, the wait loop only if it was refused: most
         # acquires find the lock free, and this is the hot path.

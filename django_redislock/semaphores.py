@@ -320,8 +320,10 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         # The first attempt here, the wait loop only if it was refused (see Lock).
         try:
             status, value = permit_reply(script(client, keys, args, packed))
-        except BaseException as exc:
-            abandon(self.name, exc)
+        except BaseException as exc:  # it may have queued us without our knowing
+            abandon(
+                self.name, exc, (lambda: self._leave_queue(attempt)) if attempt.may_wait else None
+            )
         started, queued = attempt.begun, False
         if status == REFUSED:
             status, value, started, queued = wait_turn(
@@ -444,7 +446,7 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
                 if queued and status != GRANTED:
                     await conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args)
             except BaseException:
-                if queued:
+                if attempt.may_wait:  # an interrupted attempt may have queued us unawares
                     await asyncio.shield(conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args))
                 raise
         return self._finish(attempt, int(status), int(value), started)

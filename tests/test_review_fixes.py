@@ -147,3 +147,74 @@ def test_require_lock_inside_a_transaction_holds_until_commit() -> None:
 
     credit(9)  # no transaction: released at once
     assert not Lock("account:9").locked()
+
+
+def test_an_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The attempt ran (and queued the waiter) but its reply never arrived: the
+    waiter did not know it was queued, and must leave the queue all the same."""
+    holder = Lock("queued-unawares")
+    holder.acquire()
+    real = locks.LOCK_ACQUIRE
+
+    def queued_then_interrupted(*args: Any) -> Any:
+        real(*args)  # refused, and queued...
+        raise KeyboardInterrupt  # ...but the caller never learned
+
+    monkeypatch.setattr(locks, "LOCK_ACQUIRE", queued_then_interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Lock("queued-unawares", blocking_timeout=10).acquire()
+    monkeypatch.undo()
+    assert redis_client.zcard("redislock:{queued-unawares}:queue") == 0
+    holder.release()
+    assert not Lock("queued-unawares").locked()  # nobody was handed it
+
+
+def test_a_cancelled_async_acquire_after_it_queued_leaves_no_queue_entry(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = Lock("async-unawares")
+    holder.acquire()
+    real_run = async_locks.AsyncConnection.run
+
+    async def queued_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
+        result = await real_run(self, script, keys, args)
+        if script is async_locks.LOCK_ACQUIRE:
+            raise asyncio.CancelledError
+        return result
+
+    monkeypatch.setattr(async_locks.AsyncConnection, "run", queued_then_cancelled)
+
+    async def main() -> None:
+        with pytest.raises(asyncio.CancelledError):
+            await AsyncLock("async-unawares", blocking_timeout=10).acquire()
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert redis_client.zcard("redislock:{async-unawares}:queue") == 0
+    holder.release()
+
+
+def test_a_semaphore_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_redislock import Semaphore
+
+    holder = Semaphore("sem-unawares", 1)
+    holder.acquire()
+    waiter = Semaphore("sem-unawares", 1, blocking_timeout=10)
+    real = type(waiter).acquire_script
+
+    class QueuedThenInterrupted:
+        template = real.template
+
+        def __call__(self, *args: Any) -> Any:
+            real(*args)  # refused, and queued...
+            raise KeyboardInterrupt  # ...but the caller never learned
+
+    monkeypatch.setattr(waiter, "acquire_script", QueuedThenInterrupted())
+    with pytest.raises(KeyboardInterrupt):
+        waiter.acquire()
+    assert redis_client.zcard("redislock:{sem-unawares}:sem:queue") == 0
+    holder.release()
