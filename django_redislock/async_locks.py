@@ -167,7 +167,14 @@ class AsyncLock(LockBase, AsyncPrimitive):
                 await asyncio.shield(self._clean_up(conn, release_keys, release_args))
                 raise
         holding = self._new_holding(
-            token, sync_client, lease, started, value, keys, sigprefix, settings.stats_ttl_ms
+            token,
+            sync_client,
+            lease,
+            started,
+            value,
+            release_keys,
+            sigprefix,
+            settings.stats_ttl_ms,
         )
         if handed:
             holding.lease_deadline = started + grant_ms / 1000

@@ -27,7 +27,7 @@ import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
 from . import backend, signals
 from .conf import LockSettings, _wrapped_settings, get_settings
@@ -35,6 +35,7 @@ from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
+    from .backend import Template
     from .scripts import Script
 
 logger = logging.getLogger(__name__)
@@ -120,6 +121,9 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
+#: How many call templates (modes x holder descriptions) a primitive keeps.
+TEMPLATE_CACHE_SIZE = 16
+
 #: The process's id, asked anew each time: fork-time hooks do not run
 #: everywhere (uWSGI without ``py-call-osafterfork``).
 current_pid = os.getpid
@@ -133,6 +137,34 @@ def _holder_prefix(pid: int) -> str:
 def holder_description() -> str:
     """Who holds a lock, for operators: ``host:pid:thread``."""
     return _holder_prefix(os.getpid()) + threading.current_thread().name
+
+
+class _WaitOptions(Protocol):
+    blocking: bool
+    blocking_timeout: float | None
+
+
+def wait_budget(
+    owner: _WaitOptions,
+    blocking: bool | None,
+    blocking_timeout: float | None,
+    settings: LockSettings,
+) -> tuple[bool, float | None]:
+    """Resolve per-call overrides of ``owner``'s options: (may wait, seconds to
+    wait or ``None`` for ever)."""
+    if blocking is None:
+        blocking = owner.blocking
+    else:
+        check_bool(blocking, "blocking", allow_none=False)
+    if blocking_timeout is not None:
+        budget = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+    elif owner.blocking_timeout is not None:
+        budget = owner.blocking_timeout
+    else:
+        budget = settings.blocking_timeout
+    if not blocking:
+        budget = 0.0
+    return budget != 0.0, budget
 
 
 def new_token() -> str:
@@ -342,6 +374,33 @@ class Primitive:
 
     # settings and keys, resolved at use
 
+    def _templates(
+        self,
+        resolved: Resolved,
+        acquire_script: Script,
+        args: list[Any],
+        release_script: Script,
+        release_keys: list[bytes],
+        release_rest: list[Any],
+    ) -> tuple[Template, Template]:
+        """Templates of the acquire call (holes: the token, ARGV[1], and the
+        timestamp, ARGV[8]) and of the release call (hole: its first argument,
+        then ``release_rest``), kept per settings and per mode and holder
+        description (ARGV[3], ARGV[6]): every other argument is fixed per
+        settings. Lock and permit scripts share that argument layout."""
+        templates: dict[Any, Template] = resolved.memo.setdefault("templates", {})
+        spec = (args[2], args[5])
+        acquire = templates.get(spec)
+        if acquire is None:
+            if len(templates) > TEMPLATE_CACHE_SIZE:  # many thread names
+                templates.clear()
+            if "release" not in templates:
+                templates["release"] = release_script.template(release_keys, [None, *release_rest])
+            acquire = templates[spec] = acquire_script.template(
+                resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
+            )
+        return acquire, templates["release"]
+
     def _resolve_options(self) -> tuple[object, ...]:
         """The attributes ``Resolved`` depends on (users may change them)."""
         return (self.timeout, self.auto_renew, self.using)
@@ -422,20 +481,7 @@ class Primitive:
     def _wait_budget(
         self, blocking: bool | None, blocking_timeout: float | None, settings: LockSettings
     ) -> tuple[bool, float | None]:
-        """Resolve per-call overrides: (blocking, seconds to wait or None for ever)."""
-        if blocking is None:
-            blocking = self.blocking
-        else:
-            check_bool(blocking, "blocking", allow_none=False)
-        if blocking_timeout is not None:
-            budget = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
-        elif self.blocking_timeout is not None:
-            budget = self.blocking_timeout
-        else:
-            budget = settings.blocking_timeout
-        if not blocking:
-            budget = 0.0
-        return budget != 0.0, budget
+        return wait_budget(self, blocking, blocking_timeout, settings)
 
     # errors, worded the same for every primitive
 

@@ -42,7 +42,6 @@ from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
-    from .backend import Template
     from .base import Resolved
 
 logger = logging.getLogger(__name__)
@@ -120,31 +119,23 @@ class LockBase(Primitive):
     def _release_args(token: str | bytes, sigprefix: str | bytes, stats_ttl_ms: int) -> list[Any]:
         return [token, sigprefix, _FENCE_MEMORY_ARG, stats_ttl_ms]
 
-    def _packed(self, resolved: Resolved, args: list[Any]) -> tuple[bytes, bytes]:
-        """The first acquire call and the release call of ``args``, packed from
-        templates kept per settings (and per mode and holder description)."""
-        templates: dict[Any, Template] = resolved.memo.setdefault("templates", {})
-        spec = (args[2], args[5])  # mode, holder: the rest is fixed per settings
-        acquire = templates.get(spec)
-        if acquire is None:
-            if len(templates) > _ARG_CACHE_SIZE:
-                templates.clear()
-            release = templates.get("release")
-            if release is None:
-                release = scripts.LOCK_RELEASE.template(
-                    self._release_keys(resolved.wire_keys),
-                    [
-                        None,
-                        *self._release_args(
-                            b"", resolved.wire_sigprefix, resolved.settings.stats_ttl_ms
-                        )[1:],
-                    ],
-                )
-            templates["release"] = release
-            acquire = templates[spec] = scripts.LOCK_ACQUIRE.template(
-                resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
-            )
-        return acquire.fill(args[0], args[7]), templates["release"].fill(args[0])
+    def _packed(
+        self,
+        resolved: Resolved,
+        args: list[Any],
+        release_keys: list[bytes],
+        release_args: list[Any],
+    ) -> tuple[bytes, bytes]:
+        """The first acquire call and the release call, packed (``_templates``)."""
+        acquire, release = self._templates(
+            resolved,
+            scripts.LOCK_ACQUIRE,
+            args,
+            scripts.LOCK_RELEASE,
+            release_keys,
+            release_args[1:],
+        )
+        return acquire.fill(args[0], args[7]), release.fill(args[0])
 
     @staticmethod
     def _grant_ms(lease_ms: int, waiter_ttl_ms: int) -> int:
@@ -197,10 +188,11 @@ class LockBase(Primitive):
         lease: float,
         started: float,
         fence: int,
-        keys: Sequence[str | bytes],
+        release_keys: list[Any],
         sigprefix: str | bytes,
         stats_ttl_ms: int,
     ) -> Holding:
+        """``release_keys``: ``_release_keys`` of the lock's keys (stats last)."""
         return Holding(
             sender=type(self),
             name=self.name,
@@ -211,9 +203,9 @@ class LockBase(Primitive):
             started=started,
             fencing_token=fence,
             renew_script=LOCK_EXTEND,
-            keys=self._release_keys(keys),
+            keys=release_keys,
             sigprefix=sigprefix,
-            stats_key=keys[4] if stats_ttl_ms else None,
+            stats_key=release_keys[4] if stats_ttl_ms else None,
             stats_ttl_ms=stats_ttl_ms,
         )
 
@@ -328,7 +320,7 @@ class Lock(LockBase, SyncPrimitive):
         if release_keys is None:
             release_keys = resolved.memo["release_keys"] = self._release_keys(wire_keys)
         release_args = self._release_args(args[0], wire_sigprefix, settings.stats_ttl_ms)
-        acquire_packed, release_packed = self._packed(resolved, args)
+        acquire_packed, release_packed = self._packed(resolved, args, release_keys, release_args)
 
         def undo() -> None:
             # An interrupted attempt may have been granted the lock, or have
@@ -366,7 +358,14 @@ class Lock(LockBase, SyncPrimitive):
             self._announce_contended(begun)
             return value
         holding = self._new_holding(
-            token, client, lease, started, value, wire_keys, wire_sigprefix, settings.stats_ttl_ms
+            token,
+            client,
+            lease,
+            started,
+            value,
+            release_keys,
+            wire_sigprefix,
+            settings.stats_ttl_ms,
         )
         holding.release_args = release_args
         holding.release_packed = release_packed

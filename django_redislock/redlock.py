@@ -45,6 +45,7 @@ from .base import (
     current_pid,
     holder_description,
     new_token,
+    wait_budget,
 )
 from .conf import LockSettings, get_settings
 from .exceptions import LockBackendError, LockLostError, LockNotOwnedError, LockTimeout
@@ -257,18 +258,7 @@ class Redlock:
             holding.depth += 1
             return None
 
-        if blocking is None:
-            blocking = self.blocking
-        else:
-            check_bool(blocking, "blocking", allow_none=False)
-        if blocking_timeout is not None:
-            budget = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
-        elif self.blocking_timeout is not None:
-            budget = self.blocking_timeout
-        else:
-            budget = settings.blocking_timeout
-        if not blocking:
-            budget = 0.0
+        _, budget = wait_budget(self, blocking, blocking_timeout, settings)
         lease_ms = int(lease * 1000)
         allowance = drift(lease)
         token = new_token()

@@ -54,7 +54,6 @@ from .watchdog import watchdog
 
 if TYPE_CHECKING:
     from .backend import Template
-    from .base import Resolved
 
 GRANTED, LIMIT_MISMATCH = 1, -2
 
@@ -190,7 +189,15 @@ class PermitBase(Primitive):
                 since,
             ]
         )
-        packed, release_template = self._templates(resolved, args, since)
+        acquire, release_template = self._templates(
+            resolved,
+            self.acquire_script,
+            args,
+            self.release_script,
+            [resolved.wire_keys[0], resolved.wire_keys[2], resolved.wire_keys[3]],
+            self._release_args("", resolved.sigprefix)[1:],
+        )
+        packed = acquire.fill(args[0].encode(), b"%d" % since)
         return _Attempt(
             client=resolved.client,
             chunk=chunk,
@@ -208,27 +215,6 @@ class PermitBase(Primitive):
             packed=packed,
             release_template=release_template,
         )
-
-    def _templates(self, resolved: Resolved, args: list[Any], since: int) -> tuple[bytes, Template]:
-        """The acquire call packed, and the release's template, from templates
-        kept per settings (and per mode and holder description)."""
-        templates: dict[Any, Template] = resolved.memo.setdefault("templates", {})
-        spec = (args[2], args[5])  # mode, holder: the rest is fixed per settings
-        acquire = templates.get(spec)
-        if acquire is None:
-            if len(templates) > 16:
-                templates.clear()
-            release = templates.get("release")
-            if release is None:
-                release = self.release_script.template(
-                    [resolved.wire_keys[0], resolved.wire_keys[2], resolved.wire_keys[3]],
-                    [None, *self._release_args("", resolved.sigprefix)[1:]],
-                )
-            templates["release"] = release
-            acquire = templates[spec] = self.acquire_script.template(
-                resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
-            )
-        return acquire.fill(args[0].encode(), b"%d" % since), templates["release"]
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
         """Record the outcome; ``None`` when granted, else the retry hint in ms."""
