@@ -345,7 +345,7 @@ class RedlockServers:
     def ensure_running(self) -> None:
         for server in self.servers:
             if server.process is None or server.process.poll() is not None:
-                server.start()
+                server.restart()  # closes the dead process's pipe before a new one
 
     def flush(self) -> None:
         for server in self.servers:
