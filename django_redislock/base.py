@@ -194,7 +194,6 @@ class Holding:
         "release_args",
         "release_packed",
         "releasing",
-        "renew_args",
         "renew_interval",
         "renew_script",
         "sender",
@@ -239,7 +238,6 @@ class Holding:
         self.renew_script = renew_script
         self.keys = keys
         self.sigprefix = sigprefix
-        self.renew_args = [token, int(lease * 1000)]
         #: What the primitive's release script takes besides the keys, when
         #: it is the same for every release of this holding.
         self.release_args: list[Any] = []
@@ -254,7 +252,7 @@ class Holding:
             return True
         started = time.monotonic()
         with backend.translate_errors(self.name):
-            result = self.renew_script(self.client, self.keys, self.renew_args)
+            result = self.renew_script(self.client, self.keys, [self.token, int(self.lease * 1000)])
         if result:
             self.lease_deadline = started + self.lease
             return True

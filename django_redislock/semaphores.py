@@ -28,10 +28,12 @@ from . import backend
 from .base import (
     FENCE_MEMORY_MS,
     REFUSED,
+    TEMPLATE_CACHE_SIZE,
     WAITER_GRACE_MS,
     AsyncPrimitive,
     Holding,
     Primitive,
+    Resolved,
     SyncPrimitive,
     abandon,
     check_seconds,
@@ -105,29 +107,61 @@ def as_text(value: bytes | str) -> str:
 
 
 @dataclass(slots=True)
-class _Attempt:
-    """Everything one acquire needs, resolved once before the first round trip."""
+class _Plan:
+    """What every acquire of one mode by one holder description shares, as of
+    one ``Resolved``: built on the first such acquire, then only looked up."""
 
-    client: Any
-    chunk: float
-    keys: list[bytes]
-    sigprefix: str
-    lease: float
+    #: The acquire call packed but for its holes, the token and the timestamp.
+    acquire: Template
+    #: The release call packed but for its hole, the holder's member.
+    release: Template
+    #: The acquire's arguments, ``None`` for the token and the timestamp.
+    args: list[Any]
+    #: The release's keys, and its arguments after the member.
+    release_keys: list[bytes]
+    release_rest: list[Any]
+    holder: str
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One acquire: its plan and what is its own (token, timestamps, packed call)."""
+
+    resolved: Resolved
+    plan: _Plan
     may_wait: bool
     deadline: float | None
     begun: float
     token: str
-    holder: str
     since: int
-    args: list[Any]
-    auto_renew: bool
-    #: The acquire call packed (``Script.template``), and the release's template.
     packed: bytes
-    release_template: Template
+
+    @property
+    def args(self) -> list[Any]:
+        """The acquire's arguments, for redis-py's path (the lean path sends ``packed``)."""
+        args = self.plan.args.copy()
+        args[0], args[7] = self.token, self.since
+        return args
+
+    @property
+    def client(self) -> Any:
+        return self.resolved.client
+
+    @property
+    def keys(self) -> list[bytes]:
+        return self.resolved.wire_keys
+
+    @property
+    def sigprefix(self) -> str:
+        return self.resolved.sigprefix
+
+    @property
+    def chunk(self) -> float:
+        return self.resolved.chunk
 
     @property
     def queue_keys(self) -> list[bytes]:
-        return self.keys[2:4]
+        return self.resolved.wire_keys[2:4]
 
 
 class PermitBase(Primitive):
@@ -171,50 +205,48 @@ class PermitBase(Primitive):
 
     def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
         resolved = self._resolve()
-        chunk = resolved.chunk
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
-        token = self.token_mode + new_token()
-        begun = time.monotonic()
         holder = holder_description()
+        plans: dict[tuple[bool, str], _Plan] = resolved.memo.setdefault("plans", {})
+        plan = plans.get((may_wait, holder))
+        if plan is None:
+            if len(plans) > TEMPLATE_CACHE_SIZE:  # many thread names
+                plans.clear()
+            plan = plans[may_wait, holder] = self._plan(resolved, may_wait, holder)
+        token = self.token_mode + new_token()
         since = int(time.time() * 1000)  # for display only, never for ordering
+        begun = time.monotonic()
+        return _Attempt(
+            resolved,
+            plan,
+            may_wait,
+            None if budget is None else begun + budget,
+            begun,
+            token,
+            since,
+            plan.acquire.fill(token.encode(), b"%d" % since),
+        )
+
+    def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
         args = self._acquire_args(
             [
-                token,
+                None,  # the token
                 resolved.lease_ms,
                 b"wait" if may_wait else b"try",
-                int(chunk * 1000) + WAITER_GRACE_MS,
+                int(resolved.chunk * 1000) + WAITER_GRACE_MS,
                 resolved.wire_sigprefix,
                 holder,
                 FENCE_MEMORY_MS,
-                since,
+                None,  # the timestamp
             ]
         )
-        acquire, release_template = self._templates(
-            resolved,
-            self.acquire_script,
-            args,
-            self.release_script,
-            [resolved.wire_keys[0], resolved.wire_keys[2], resolved.wire_keys[3]],
-            self._release_args("", resolved.sigprefix)[1:],
+        wire_keys = resolved.wire_keys
+        release_keys = [wire_keys[0], wire_keys[2], wire_keys[3]]
+        release_rest = self._release_args("", resolved.sigprefix)[1:]
+        acquire, release = self._templates(
+            resolved, self.acquire_script, args, self.release_script, release_keys, release_rest
         )
-        packed = acquire.fill(args[0].encode(), b"%d" % since)
-        return _Attempt(
-            client=resolved.client,
-            chunk=chunk,
-            keys=resolved.wire_keys,
-            sigprefix=resolved.sigprefix,
-            lease=resolved.lease,
-            may_wait=may_wait,
-            deadline=None if budget is None else begun + budget,
-            begun=begun,
-            token=token,
-            holder=holder,
-            since=since,
-            args=args,
-            auto_renew=resolved.auto_renew,
-            packed=packed,
-            release_template=release_template,
-        )
+        return _Plan(acquire, release, args, release_keys, release_rest, holder)
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
         """Record the outcome; ``None`` when granted, else the retry hint in ms."""
@@ -223,24 +255,25 @@ class PermitBase(Primitive):
                 self._on_status(status, value)
             self._announce_contended(attempt.begun)
             return value
-        member = f"{attempt.token}:{value}:{self._limit}:{attempt.since}:{attempt.holder}"
+        plan, resolved = attempt.plan, attempt.resolved
+        member = f"{attempt.token}:{value}:{self._limit}:{attempt.since}:{plan.holder}"
         holding = Holding(
             sender=type(self),
             name=self.name,
             kind=self.kind,
             token=member,  # what identifies the permit in the holder ZSET
-            client=attempt.client,
-            lease=attempt.lease,
+            client=resolved.client,
+            lease=resolved.lease,
             started=started,
             fencing_token=value,
             renew_script=PERMIT_EXTEND,
-            keys=[attempt.keys[0], attempt.keys[2], attempt.keys[3]],  # the release's
-            sigprefix=attempt.sigprefix,
+            keys=plan.release_keys,
+            sigprefix=resolved.sigprefix,
         )
-        holding.release_args = self._release_args(member, attempt.sigprefix)
-        holding.release_packed = attempt.release_template.fill(member.encode())
+        holding.release_args = [member, *plan.release_rest]
+        holding.release_packed = plan.release.fill(member.encode())
         self._stack().append(holding)
-        if attempt.auto_renew:
+        if resolved.auto_renew:
             watchdog.watch(holding)
         self._announce_acquired(started - attempt.begun, value)
         return None
@@ -301,8 +334,8 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
         """Acquire; ``None`` when held, else the server's retry hint in ms."""
         attempt = self._begin(blocking, blocking_timeout)
-        client, keys, args, script = attempt.client, attempt.keys, attempt.args, self.acquire_script
-        packed = attempt.packed
+        resolved, script, packed = attempt.resolved, self.acquire_script, attempt.packed
+        client, keys, args = resolved.client, resolved.wire_keys, attempt.args
         # The first attempt here, the wait loop only if it was refused (see Lock).
         try:
             status, value = permit_reply(script(client, keys, args, packed))

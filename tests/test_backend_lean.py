@@ -157,6 +157,17 @@ def test_a_template_packs_the_same_bytes_as_a_whole_command() -> None:
         backend.Template((b"EVALSHA", True, None))
 
 
+@pytest.mark.parametrize("holes", [1, 2, 3])
+def test_a_template_keeps_percent_signs_and_fills_any_number_of_holes(holes: int) -> None:
+    """Its fixed parts become one %-format: a key with ``%`` in it must survive."""
+    fixed = [b"EVALSHA", b"0" * 40, 1, "key%d%s%%", b"100%"]
+    values = [b"v%d" % i + b"%s" * i for i in range(holes)]
+    template = backend.Template((*fixed, *[None] * holes))
+    assert template.fill(*values) == backend._pack((*fixed, *values))
+    with pytest.raises(ValueError, match="holes"):
+        template.fill(*values, b"one too many")
+
+
 def test_lock_and_semaphore_calls_from_templates_work(redis_client: redis.Redis) -> None:
     """The pre-packed acquire and release calls reach Redis as the scripts expect."""
     from django_redislock import Semaphore
