@@ -566,7 +566,29 @@ def _reply_limit(timeout: float | None, socket_timeout: float | None) -> float |
     return min(limits) if limits else None
 
 
+def _deprecation_wrapper_code() -> Any:
+    """The code of redis-py's ``deprecated_args`` wrapper (``None`` where there is none)."""
+    try:
+        from redis.utils import deprecated_args
+
+        return deprecated_args()(lambda: None).__code__
+    except Exception:  # an older or a different redis-py: nothing to skip
+        return None
+
+
+#: redis-py >= 5.3 wraps ``get_connection`` in a check for deprecated
+#: arguments (about 1 µs of the 6 µs that taking and returning a connection
+#: cost, health check aside); the lean path passes none, so it calls the
+#: wrapped method. Only that wrapper is skipped, never another decorator.
+_DEPRECATION_WRAPPER_CODE = _deprecation_wrapper_code()
+
+
 def _pool_connection(pool: Any) -> Any:
+    get = type(pool).get_connection
+    if _DEPRECATION_WRAPPER_CODE is not None and (
+        getattr(get, "__code__", None) is _DEPRECATION_WRAPPER_CODE
+    ):
+        return get.__wrapped__(pool)
     try:
         return pool.get_connection()
     except TypeError:  # redis-py < 5.3 requires a command name

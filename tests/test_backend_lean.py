@@ -137,6 +137,35 @@ def test_clients_without_a_plain_pool_use_redis_pys_path(redis_url: str) -> None
         single.close()
 
 
+def test_a_pool_connection_is_taken_past_only_redis_pys_deprecation_check(
+    redis_url: str,
+) -> None:
+    """The pool's own work (accounting, health check) still runs; a decorator
+    other than redis-py's deprecation check is never skipped."""
+    seen: list[str] = []
+
+    def traced(method: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            seen.append(method.__name__)
+            return method(self, *args, **kwargs)
+
+        wrapper.__wrapped__ = method  # type: ignore[attr-defined]
+        return wrapper
+
+    class TracedPool(redis.ConnectionPool):
+        get_connection = traced(redis.ConnectionPool.get_connection)
+
+    for pool in (redis.ConnectionPool.from_url(redis_url), TracedPool.from_url(redis_url)):
+        conn = backend._pool_connection(pool)
+        try:
+            assert conn in pool._in_use_connections
+        finally:
+            pool.release(conn)
+        assert conn in pool._available_connections
+        pool.disconnect()
+    assert seen == ["get_connection"]
+
+
 def test_blpop_returns_key_and_value_or_none(client: Any, redis_client: redis.Redis) -> None:
     redis_client.rpush("signal", "1")
     assert backend.blpop(client, "signal", 1.0) == (b"signal", b"1")
