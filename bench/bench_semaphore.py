@@ -96,8 +96,20 @@ def raw(conn: Any) -> Callable[[], None]:
     return cycle
 
 
-def rate(cycle: Callable[[], None], seconds: float) -> float:
+def rate(cycle: Callable[[], None], seconds: float, server_pid: int | None = None) -> float:
+    return block(cycle, seconds, server_pid)[0]
+
+
+def block(
+    cycle: Callable[[], None], seconds: float, server_pid: int | None
+) -> tuple[float, float | None]:
+    """Cycles per second, and CPU µs per cycle of this process and redis-server
+    (``None`` where the server's CPU time cannot be read)."""
     count = 0
+    from bench.run import _server_cpu_ns
+
+    server_before = _server_cpu_ns(server_pid)
+    cpu_before = time.process_time_ns()
     start = time.perf_counter()
     end = start + seconds
     while True:
@@ -106,7 +118,12 @@ def rate(cycle: Callable[[], None], seconds: float) -> float:
         count += 50
         now = time.perf_counter()
         if now >= end:
-            return count / (now - start)
+            break
+    cpu = time.process_time_ns() - cpu_before
+    server_after = _server_cpu_ns(server_pid)
+    if server_before is None or server_after is None:
+        return count / (now - start), None
+    return count / (now - start), (cpu + server_after - server_before) / count / 1000
 
 
 def main() -> None:
@@ -134,6 +151,7 @@ def main() -> None:
         )
         django.setup()
         conn = server.client()
+        server_pid = server.process.pid if server.process is not None else None
         contenders = {
             "Semaphore": ours(options.limit),
             "seed fair": seed(conn, options.limit),
@@ -143,25 +161,38 @@ def main() -> None:
             rate(cycle, 0.05)
         names = list(contenders)
         rates: dict[str, list[float]] = {name: [] for name in names}
+        cpus: dict[str, list[float | None]] = {name: [] for name in names}
         for round_no in range(options.rounds):
             shift = round_no % len(names)
             for name in names[shift:] + names[:shift]:
-                rates[name].append(rate(contenders[name], options.seconds))
+                cycles_per_s, cpu_us = block(contenders[name], options.seconds, server_pid)
+                rates[name].append(cycles_per_s)
+                cpus[name].append(cpu_us)
         conn.close()
 
     def same_round(name: str, base: str) -> float:
         return statistics.median(a / b for a, b in zip(rates[name], rates[base], strict=True))
 
+    def cpu_ratio(name: str, base: str) -> float | None:
+        pairs = [(a, b) for a, b in zip(cpus[name], cpus[base], strict=True) if a and b]
+        return statistics.median(b / a for a, b in pairs) if pairs else None
+
     print(
         f"semaphore acquire+release, 1 client, limit={options.limit}, "
         f"{options.rounds} rounds of interleaved {options.seconds}s blocks "
-        f"(median cycles/s; ratio: median of same-round ratios)"
+        f"(median cycles/s; ratio: median of same-round ratios;\n"
+        f"CPU: this process + redis-server per cycle, steadier than wall time on a busy machine)"
     )
     for name, samples in rates.items():
+        cpu = [c for c in cpus[name] if c]
+        ratio = cpu_ratio(name, "raw floor")
+        cpu_text = (
+            f"   CPU {statistics.median(cpu):6.1f} us  {ratio:5.2f}x floor" if cpu and ratio else ""
+        )
         print(
             f"  {name:<10} {statistics.median(samples):>9.0f} /s   "
             f"{same_round(name, 'raw floor'):5.2f}x floor   "
-            f"(min {min(samples):.0f}, max {max(samples):.0f})"
+            f"(min {min(samples):.0f}, max {max(samples):.0f}){cpu_text}"
         )
     print(f"  Semaphore vs seed fair: {same_round('Semaphore', 'seed fair'):.2f}x")
 

@@ -121,6 +121,8 @@ class _Plan:
     release_keys: list[bytes]
     release_rest: list[Any]
     holder: str
+    #: What the holder's member says the limit is (``_member_limit``).
+    limit: int
 
 
 @dataclass(slots=True)
@@ -180,8 +182,10 @@ class PermitBase(Primitive):
     release_script: Script
     #: First character of every token, when the scripts need to see the mode.
     token_mode = ""
-    #: Carried by every holder's member (a Semaphore's limit; 0 when unused).
-    _limit = 0
+
+    def _member_limit(self) -> int:
+        """Carried by every holder's member: a Semaphore's limit; 0 when unused."""
+        return 0
 
     def _acquire_args(self, args: list[Any]) -> list[Any]:
         return args
@@ -246,7 +250,9 @@ class PermitBase(Primitive):
         acquire, release = self._templates(
             resolved, self.acquire_script, args, self.release_script, release_keys, release_rest
         )
-        return _Plan(acquire, release, args, release_keys, release_rest, holder)
+        return _Plan(
+            acquire, release, args, release_keys, release_rest, holder, self._member_limit()
+        )
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
         """Record the outcome; ``None`` when granted, else the retry hint in ms."""
@@ -256,7 +262,7 @@ class PermitBase(Primitive):
             self._announce_contended(attempt.begun)
             return value
         plan, resolved = attempt.plan, attempt.resolved
-        member = f"{attempt.token}:{value}:{self._limit}:{attempt.since}:{plan.holder}"
+        member = f"{attempt.token}:{value}:{plan.limit}:{attempt.since}:{plan.holder}"
         holding = Holding(
             sender=type(self),
             name=self.name,
@@ -545,13 +551,19 @@ class SemaphoreBase(PermitBase):
             auto_renew=auto_renew,
             using=using,
         )
-        self.limit = self._limit = check_limit(limit)
+        self.limit = check_limit(limit)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
 
+    def _resolve_options(self) -> tuple[object, ...]:
+        return (*super()._resolve_options(), self.limit)
+
+    def _member_limit(self) -> int:
+        return self.limit
+
     def _acquire_args(self, args: list[Any]) -> list[Any]:
-        args.append(self.limit)
+        args.append(check_limit(self.limit))  # it may have been changed since __init__
         return args
 
     def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:

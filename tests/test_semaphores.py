@@ -124,6 +124,25 @@ def test_limit_disagreeing_with_the_one_in_use(redis_client: redis.Redis) -> Non
     assert Semaphore("pool", 5).acquire(blocking=False)  # idle name: no memory of 3
 
 
+def test_a_limit_changed_after_use_is_the_one_the_next_acquire_uses() -> None:
+    """Acquires reuse their packed calls; a new ``limit`` must not be ignored."""
+    sem = Semaphore("changed", 2)
+    with sem:
+        pass
+    sem.limit = 1
+    sem.acquire()
+    try:
+        assert not Semaphore("changed", 1).acquire(blocking=False)  # full, not a mismatch
+        with pytest.raises(ValueError, match=r"in use with limit=1"):
+            Semaphore("changed", 2).acquire(blocking=False)
+    finally:
+        sem.release()
+    sem.limit = 0
+    with pytest.raises(ValueError, match=r"limit must be an int of at least 1, got 0"):
+        sem.acquire()
+    assert sem.holders() == []
+
+
 def test_holders_lists_tokens_with_remaining_lease() -> None:
     sem = Semaphore("h", 3, timeout=20)
     sem.acquire()
