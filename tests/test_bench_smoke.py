@@ -53,3 +53,22 @@ def test_quick_bench_of_lock_and_raw() -> None:
     assert "x raw" in text
     assert "django-redislock Lock" in text
     assert "mutual-exclusion violations = 0" in text
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
+def test_semaphore_bench_reports_every_contender_against_the_floor() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SETTINGS")}
+    completed = subprocess.run(
+        [sys.executable, "bench/bench_semaphore.py", "--seconds", "0.02", "--rounds", "2"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert completed.returncode == 0, completed.stderr
+    rows = [line for line in completed.stdout.splitlines() if "x floor" in line]
+    assert [row.split()[0] for row in rows] == ["Semaphore", "seed", "raw"]
+    assert all("CPU" in row for row in rows) or sys.platform != "linux"
+    assert "Semaphore vs seed fair:" in completed.stdout
