@@ -585,10 +585,15 @@ _DEPRECATION_WRAPPER_CODE = _deprecation_wrapper_code()
 
 def _pool_connection(pool: Any) -> Any:
     get = type(pool).get_connection
-    if _DEPRECATION_WRAPPER_CODE is not None and (
-        getattr(get, "__code__", None) is _DEPRECATION_WRAPPER_CODE
+    if (
+        _DEPRECATION_WRAPPER_CODE is not None
+        and getattr(get, "__code__", None) is _DEPRECATION_WRAPPER_CODE
+        and "get_connection" not in getattr(pool, "__dict__", ())  # not patched on the pool
     ):
-        return get.__wrapped__(pool)
+        try:
+            return get.__wrapped__(pool)
+        except TypeError:  # a pool whose get_connection wants a command name
+            pass
     try:
         return pool.get_connection()
     except TypeError:  # redis-py < 5.3 requires a command name

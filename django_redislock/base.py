@@ -386,18 +386,22 @@ class Primitive:
         then ``release_rest``), kept per settings and per mode and holder
         description (ARGV[3], ARGV[6]): every other argument is fixed per
         settings. Lock and permit scripts share that argument layout."""
-        templates: dict[Any, Template] = resolved.memo.setdefault("templates", {})
+        memo = resolved.memo
+        release: Template | None = memo.get("release template")
+        if release is None:  # the same for every mode and holder: never evicted
+            release = memo["release template"] = release_script.template(
+                release_keys, [None, *release_rest]
+            )
+        templates: dict[Any, Template] = memo.setdefault("templates", {})
         spec = (args[2], args[5])
         acquire = templates.get(spec)
         if acquire is None:
             if len(templates) > TEMPLATE_CACHE_SIZE:  # many thread names
                 templates.clear()
-            if "release" not in templates:
-                templates["release"] = release_script.template(release_keys, [None, *release_rest])
             acquire = templates[spec] = acquire_script.template(
                 resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
             )
-        return acquire, templates["release"]
+        return acquire, release
 
     def _resolve_options(self) -> tuple[object, ...]:
         """The attributes ``Resolved`` depends on (users may change them)."""

@@ -551,19 +551,29 @@ class SemaphoreBase(PermitBase):
             auto_renew=auto_renew,
             using=using,
         )
-        self.limit = check_limit(limit)
+        self._limit = check_limit(limit)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
 
+    @property
+    def limit(self) -> int:
+        """How many holders at once; every user of the name must agree on it."""
+        return self._limit
+
+    @limit.setter
+    def limit(self, limit: int) -> None:
+        self._limit = check_limit(limit)
+
     def _resolve_options(self) -> tuple[object, ...]:
-        return (*super()._resolve_options(), self.limit)
+        # The packed calls carry the limit: a new one must rebuild them.
+        return (*super()._resolve_options(), self._limit)
 
     def _member_limit(self) -> int:
-        return self.limit
+        return self._limit
 
     def _acquire_args(self, args: list[Any]) -> list[Any]:
-        args.append(check_limit(self.limit))  # it may have been changed since __init__
+        args.append(self._limit)
         return args
 
     def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:

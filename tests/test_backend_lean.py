@@ -8,6 +8,7 @@ of step with its replies.
 from __future__ import annotations
 
 from typing import Any
+from unittest import mock
 
 import pytest
 import redis
@@ -164,6 +165,17 @@ def test_a_pool_connection_is_taken_past_only_redis_pys_deprecation_check(
         assert conn in pool._available_connections
         pool.disconnect()
     assert seen == ["get_connection"]
+
+
+def test_a_get_connection_patched_on_the_pool_is_used(client: Any) -> None:
+    """Instrumentation or a test double set on the pool itself is never bypassed."""
+    sha = sha_of(client, SECOND)
+    pool = client.connection_pool
+    with mock.patch.object(pool, "get_connection", side_effect=redis.ConnectionError("down")):
+        with pytest.raises(redis.ConnectionError, match="down"):
+            backend.evalsha(client, sha, ["k"], [])
+        assert pool.get_connection.called
+    assert backend.evalsha(client, sha, ["k"], []) == b"second"
 
 
 def test_blpop_returns_key_and_value_or_none(client: Any, redis_client: redis.Redis) -> None:

@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+import itertools
 import os
 import signal
+import sys
 import threading
 import time
 from typing import Any
@@ -137,10 +139,39 @@ def test_a_limit_changed_after_use_is_the_one_the_next_acquire_uses() -> None:
             Semaphore("changed", 2).acquire(blocking=False)
     finally:
         sem.release()
-    sem.limit = 0
-    with pytest.raises(ValueError, match=r"limit must be an int of at least 1, got 0"):
-        sem.acquire()
+    for bad in (0, 2.0, True, "2"):
+        with pytest.raises(ValueError, match=r"limit must be an int of at least 1, got"):
+            sem.limit = bad  # type: ignore[assignment]
+    assert sem.limit == 1
     assert sem.holders() == []
+
+
+def test_threads_with_ever_new_names_never_trip_over_the_call_cache() -> None:
+    """Templates are cached per thread name, and the cache is cleared when it
+    grows; a thread must never find the release template gone half-way."""
+    sem = Semaphore("renamed", 1000)
+    errors: list[BaseException] = []
+    names = itertools.count()
+    switch_interval = sys.getswitchinterval()
+
+    def work() -> None:
+        for _ in range(3000):
+            threading.current_thread().name = f"request-{next(names)}"
+            try:
+                sem._begin(False, None)  # builds the calls; sends nothing
+            except BaseException as exc:
+                errors.append(exc)
+
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch_interval)
+    assert errors == []
 
 
 def test_holders_lists_tokens_with_remaining_lease() -> None:
