@@ -35,6 +35,28 @@ from .watchdog import watchdog
 logger = logging.getLogger(__name__)
 
 
+def cancel_requests() -> int:
+    """How many cancellations of the current task are pending (0 before Python 3.11)."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling() if cancelling is not None else 0
+
+
+def honour_lost_cancel(pending_before: int) -> None:
+    """Raise ``CancelledError`` if the task was cancelled during a wait but the
+    cancellation never arrived.
+
+    redis.asyncio writes each command under ``asyncio.wait_for``, which before
+    Python 3.12 returns normally when the task is cancelled just as the write
+    completes (CPython gh-86296): a waiter would then carry on waiting until
+    its ``blocking_timeout``. Python 3.11 still counts the request
+    (``Task.cancelling``), so the wait loops check it after each wait; on
+    Python 3.10 the lost cancellation cannot be seen.
+    """
+    if cancel_requests() > pending_before:
+        raise asyncio.CancelledError
+
+
 class AsyncConnection:
     """Run scripts and commands on asyncio, natively or in a worker thread."""
 
@@ -139,6 +161,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         signal_key = sigprefix + token
         queued = False
         handed = False
+        pending_cancels = cancel_requests()
         with backend.translate_errors(self.name):
             try:
                 while True:
@@ -155,6 +178,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
                     signal = await conn.call(
                         "blpop", [signal_key], timeout=wait_seconds(value, chunk, deadline)
                     )
+                    honour_lost_cancel(pending_cancels)
                     if (
                         signal is not None
                         and signal[1] not in WAKE_UP

@@ -444,12 +444,13 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         return await self._acquire(blocking, blocking_timeout) is None
 
     async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        from .async_locks import AsyncConnection
+        from .async_locks import AsyncConnection, cancel_requests, honour_lost_cancel
 
         attempt = self._begin(blocking, blocking_timeout)
         conn = AsyncConnection(attempt.client)
         cancel_args = [attempt.token, attempt.sigprefix]
         queued = False
+        pending_cancels = cancel_requests()
         with backend.translate_errors(self.name):
             try:
                 while True:
@@ -468,6 +469,7 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
                         [attempt.sigprefix + attempt.token],
                         timeout=wait_seconds(value, attempt.chunk, deadline),
                     )
+                    honour_lost_cancel(pending_cancels)
                 if queued and status != GRANTED:
                     await conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args)
             except BaseException:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
@@ -27,6 +28,10 @@ async def until(check: Callable[[], Awaitable[bool]], timeout: float = 10) -> No
     while not await check():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+def blocked_clients(client: redis.Redis) -> int:
+    return int(client.info("clients")["blocked_clients"])
 
 
 @pytest.fixture(params=["native", "thread"])
@@ -157,6 +162,10 @@ def test_cancelled_waiter_leaves_no_queue_entry(path: str, redis_client: redis.R
         await holder.acquire()
         task = asyncio.create_task(AsyncLock("cancel", blocking_timeout=20).acquire())
         await until(lambda: asyncio.to_thread(redis_client.zcard, "redislock:{cancel}:queue"))
+        # Cancel it once it is blocked on its signal: a cancellation that lands
+        # while redis.asyncio writes a command can be lost before Python 3.12
+        # (see test_a_cancellation_lost_in_a_wait_is_honoured).
+        await until(lambda: asyncio.to_thread(blocked_clients, redis_client))
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
@@ -207,5 +216,46 @@ def test_nested_acquire_of_a_lost_lease_raises(path: str, redis_client: redis.Re
                 with pytest.raises(LockLostError):
                     await lock.extend()
         assert not await lock.owned()
+
+    run(main())
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="Python 3.10 does not count cancellation requests"
+)
+def test_a_cancellation_lost_in_a_wait_is_honoured(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before Python 3.12 ``asyncio.wait_for`` (under which redis.asyncio writes
+    each command) can return normally when its task is cancelled; a waiter
+    must still stop waiting, leave the queue and raise ``CancelledError``."""
+    real_call = AsyncConnection.call
+    waiting = asyncio.Event()
+
+    async def call_losing_cancellation(
+        self: AsyncConnection, command: str, *a: Any, **k: Any
+    ) -> Any:
+        if command != "blpop":
+            return await real_call(self, command, *a, **k)
+        waiting.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            return None  # what wait_for does when the write has just completed
+        return None
+
+    monkeypatch.setattr(AsyncConnection, "call", call_losing_cancellation)
+
+    async def main() -> None:
+        holder = AsyncLock("lost-cancel", timeout=30)
+        await holder.acquire()
+        task = asyncio.create_task(AsyncLock("lost-cancel", blocking_timeout=20).acquire())
+        await asyncio.wait_for(waiting.wait(), 10)
+        assert redis_client.zcard("redislock:{lost-cancel}:queue") == 1  # queued
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)  # not after the 20 s blocking timeout
+        assert redis_client.zcard("redislock:{lost-cancel}:queue") == 0
+        await holder.release()
 
     run(main())
