@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
@@ -121,7 +121,9 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-#: How many call templates (modes x holder descriptions) a primitive keeps.
+_T = TypeVar("_T")
+
+#: How many callers (modes x holder descriptions) ``Resolved.per_caller`` keeps.
 TEMPLATE_CACHE_SIZE = 16
 
 #: The process's id, asked anew each time: fork-time hooks do not run
@@ -336,6 +338,21 @@ class Resolved:
         #: Values a primitive derives from the above, kept as long as they are.
         self.memo: dict[str, Any] = {}
 
+    def per_caller(self, table: str, caller: Hashable, build: Callable[..., _T], *args: Any) -> _T:
+        """``build(*args)``, kept in ``memo[table]`` per ``caller`` (a mode and a
+        holder description); the table is emptied when many thread names fill it."""
+        kept: dict[Hashable, _T] | None = self.memo.get(table)
+        if kept is None:
+            kept = self.memo[table] = {}
+        else:
+            value = kept.get(caller)
+            if value is not None:
+                return value
+            if len(kept) > TEMPLATE_CACHE_SIZE:
+                kept.clear()
+        value = kept[caller] = build(*args)
+        return value
+
 
 class Primitive:
     """Options and Redis plumbing common to every primitive.
@@ -383,25 +400,14 @@ class Primitive:
     ) -> tuple[Template, Template]:
         """Templates of the acquire call (holes: the token, ARGV[1], and the
         timestamp, ARGV[8]) and of the release call (hole: its first argument,
-        then ``release_rest``), kept per settings and per mode and holder
-        description (ARGV[3], ARGV[6]): every other argument is fixed per
-        settings. Lock and permit scripts share that argument layout."""
-        memo = resolved.memo
-        release: Template | None = memo.get("release template")
-        if release is None:  # the same for every mode and holder: never evicted
-            release = memo["release template"] = release_script.template(
-                release_keys, [None, *release_rest]
-            )
-        templates: dict[Any, Template] = memo.setdefault("templates", {})
-        spec = (args[2], args[5])
-        acquire = templates.get(spec)
-        if acquire is None:
-            if len(templates) > TEMPLATE_CACHE_SIZE:  # many thread names
-                templates.clear()
-            acquire = templates[spec] = acquire_script.template(
-                resolved.wire_keys, [None, *args[1:7], None, *args[8:]]
-            )
-        return acquire, release
+        then ``release_rest``). Every other argument is fixed per settings, mode
+        and holder description (ARGV[3], ARGV[6]): callers keep them with
+        ``Resolved.per_caller``. Lock and permit scripts share that argument
+        layout."""
+        return (
+            acquire_script.template(resolved.wire_keys, [None, *args[1:7], None, *args[8:]]),
+            release_script.template(release_keys, [None, *release_rest]),
+        )
 
     def _resolve_options(self) -> tuple[object, ...]:
         """The attributes ``Resolved`` depends on (users may change them)."""
@@ -418,8 +424,7 @@ class Primitive:
             and resolved.options == self._resolve_options()
         ):
             return resolved
-        settings = get_settings()
-        resolved = self._resolved = Resolved(self, _wrapped_settings(), settings)
+        resolved = self._resolved = Resolved(self, wrapped, get_settings())
         return resolved
 
     def _settings(self) -> LockSettings:

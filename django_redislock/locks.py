@@ -127,7 +127,10 @@ class LockBase(Primitive):
         release_args: list[Any],
     ) -> tuple[bytes, bytes]:
         """The first acquire call and the release call, packed (``_templates``)."""
-        acquire, release = self._templates(
+        acquire, release = resolved.per_caller(
+            "templates",
+            (args[2], args[5]),  # mode, holder description
+            self._templates,
             resolved,
             scripts.LOCK_ACQUIRE,
             args,

@@ -28,7 +28,6 @@ from . import backend
 from .base import (
     FENCE_MEMORY_MS,
     REFUSED,
-    TEMPLATE_CACHE_SIZE,
     WAITER_GRACE_MS,
     AsyncPrimitive,
     Holding,
@@ -211,12 +210,9 @@ class PermitBase(Primitive):
         resolved = self._resolve()
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
         holder = holder_description()
-        plans: dict[tuple[bool, str], _Plan] = resolved.memo.setdefault("plans", {})
-        plan = plans.get((may_wait, holder))
-        if plan is None:
-            if len(plans) > TEMPLATE_CACHE_SIZE:  # many thread names
-                plans.clear()
-            plan = plans[may_wait, holder] = self._plan(resolved, may_wait, holder)
+        plan = resolved.per_caller(
+            "plans", (may_wait, holder), self._plan, resolved, may_wait, holder
+        )
         token = self.token_mode + new_token()
         since = int(time.time() * 1000)  # for display only, never for ordering
         begun = time.monotonic()
@@ -444,13 +440,12 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         return await self._acquire(blocking, blocking_timeout) is None
 
     async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        from .async_locks import AsyncConnection, cancel_requests, honour_lost_cancel
+        from .async_locks import AsyncConnection
 
         attempt = self._begin(blocking, blocking_timeout)
         conn = AsyncConnection(attempt.client)
         cancel_args = [attempt.token, attempt.sigprefix]
         queued = False
-        pending_cancels = cancel_requests()
         with backend.translate_errors(self.name):
             try:
                 while True:
@@ -464,12 +459,10 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
                     deadline = attempt.deadline
                     if not queued or (deadline is not None and time.monotonic() >= deadline):
                         break
-                    await conn.call(
-                        "blpop",
-                        [attempt.sigprefix + attempt.token],
-                        timeout=wait_seconds(value, attempt.chunk, deadline),
+                    await conn.wait_signal(
+                        attempt.sigprefix + attempt.token,
+                        wait_seconds(value, attempt.chunk, deadline),
                     )
-                    honour_lost_cancel(pending_cancels)
                 if queued and status != GRANTED:
                     await conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args)
             except BaseException:
