@@ -35,26 +35,10 @@ from .watchdog import watchdog
 logger = logging.getLogger(__name__)
 
 
-def cancel_requests() -> int:
+def _cancel_requests() -> int:
     """How many cancellations of the current task are pending (0 before Python 3.11)."""
-    task = asyncio.current_task()
-    cancelling = getattr(task, "cancelling", None)
+    cancelling = getattr(asyncio.current_task(), "cancelling", None)
     return cancelling() if cancelling is not None else 0
-
-
-def honour_lost_cancel(pending_before: int) -> None:
-    """Raise ``CancelledError`` if the task was cancelled during a wait but the
-    cancellation never arrived.
-
-    redis.asyncio writes each command under ``asyncio.wait_for``, which before
-    Python 3.12 returns normally when the task is cancelled just as the write
-    completes (CPython gh-86296): a waiter would then carry on waiting until
-    its ``blocking_timeout``. Python 3.11 still counts the request
-    (``Task.cancelling``), so the wait loops check it after each wait; on
-    Python 3.10 the lost cancellation cannot be seen.
-    """
-    if cancel_requests() > pending_before:
-        raise asyncio.CancelledError
 
 
 class AsyncConnection:
@@ -63,11 +47,28 @@ class AsyncConnection:
     def __init__(self, sync_client: Any) -> None:
         self.sync = sync_client
         self.aio = backend.get_async_client(sync_client)
+        self._cancels_before = _cancel_requests()
 
     async def run(self, script: Script, keys: Sequence[str | bytes], args: list[Any]) -> Any:
         if self.aio is not None:
             return await script.run_async(self.aio, keys, args)
         return await asyncio.to_thread(script, self.sync, keys, args)
+
+    async def wait_signal(self, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
+        """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time.
+
+        redis.asyncio writes each command under ``asyncio.wait_for``, which
+        before Python 3.12 returns normally when the task is cancelled just as
+        the write completes (CPython gh-86296): a waiter would then carry on
+        waiting until its ``blocking_timeout``. Python 3.11 still counts the
+        request (``Task.cancelling``, compared with its count when this
+        connection was made), so it is honoured here after the wait; on
+        Python 3.10 the lost cancellation cannot be seen.
+        """
+        signal = await self.call("blpop", [key], timeout=timeout)
+        if _cancel_requests() > self._cancels_before:
+            raise asyncio.CancelledError
+        return None if signal is None else (signal[0], signal[1])
 
     async def call(self, command: str, *args: Any, **kwargs: Any) -> Any:
         if self.aio is not None:
@@ -161,7 +162,6 @@ class AsyncLock(LockBase, AsyncPrimitive):
         signal_key = sigprefix + token
         queued = False
         handed = False
-        pending_cancels = cancel_requests()
         with backend.translate_errors(self.name):
             try:
                 while True:
@@ -175,10 +175,9 @@ class AsyncLock(LockBase, AsyncPrimitive):
                             await conn.run(LOCK_CANCEL, release_keys, release_args)
                         self._announce_contended(begun)
                         return int(value)
-                    signal = await conn.call(
-                        "blpop", [signal_key], timeout=wait_seconds(value, chunk, deadline)
+                    signal = await conn.wait_signal(
+                        signal_key, wait_seconds(value, chunk, deadline)
                     )
-                    honour_lost_cancel(pending_cancels)
                     if (
                         signal is not None
                         and signal[1] not in WAKE_UP
