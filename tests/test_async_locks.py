@@ -9,7 +9,13 @@ from typing import Any, TypeVar
 import pytest
 import redis
 
-from django_redislock import AsyncLock, LockLostError, LockNotOwnedError, LockTimeout
+from django_redislock import (
+    AsyncLock,
+    AsyncSemaphore,
+    LockLostError,
+    LockNotOwnedError,
+    LockTimeout,
+)
 from django_redislock import signals as lock_signals
 from django_redislock.async_locks import AsyncConnection
 from django_redislock.locks import parse_lock_value
@@ -223,8 +229,16 @@ def test_nested_acquire_of_a_lost_lease_raises(path: str, redis_client: redis.Re
 @pytest.mark.skipif(
     sys.version_info < (3, 11), reason="Python 3.10 does not count cancellation requests"
 )
+@pytest.mark.parametrize(
+    ("make", "queue"),
+    [
+        (lambda **kw: AsyncLock("lost-cancel", **kw), "redislock:{lost-cancel}:queue"),
+        (lambda **kw: AsyncSemaphore("lost-cancel", 1, **kw), "redislock:{lost-cancel}:sem:queue"),
+    ],
+    ids=["AsyncLock", "AsyncSemaphore"],
+)
 def test_a_cancellation_lost_in_a_wait_is_honoured(
-    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    make: Callable[..., Any], queue: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Before Python 3.12 ``asyncio.wait_for`` (under which redis.asyncio writes
     each command) can return normally when its task is cancelled; a waiter
@@ -247,15 +261,15 @@ def test_a_cancellation_lost_in_a_wait_is_honoured(
     monkeypatch.setattr(AsyncConnection, "call", call_losing_cancellation)
 
     async def main() -> None:
-        holder = AsyncLock("lost-cancel", timeout=30)
+        holder = make(timeout=30)
         await holder.acquire()
-        task = asyncio.create_task(AsyncLock("lost-cancel", blocking_timeout=20).acquire())
+        task = asyncio.create_task(make(blocking_timeout=20).acquire())
         await asyncio.wait_for(waiting.wait(), 10)
-        assert redis_client.zcard("redislock:{lost-cancel}:queue") == 1  # queued
+        assert redis_client.zcard(queue) == 1  # queued
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 10)  # not after the 20 s blocking timeout
-        assert redis_client.zcard("redislock:{lost-cancel}:queue") == 0
+        assert redis_client.zcard(queue) == 0
         await holder.release()
 
     run(main())

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 import time
-from typing import Any
 
 import pytest
-import redis
 
 from django_redislock import (
     AsyncReadWriteLock,
@@ -18,7 +15,6 @@ from django_redislock import (
     LockTimeout,
     Semaphore,
 )
-from django_redislock.async_locks import AsyncConnection
 
 
 def test_async_semaphore_limits_tasks_and_hands_over() -> None:
@@ -109,45 +105,5 @@ def test_async_read_write_lock() -> None:
             assert await writer.owned()
             assert not await rw.read().acquire(blocking=False)
         assert await rw.holders() == []
-
-    asyncio.run(main())
-
-
-@pytest.mark.skipif(
-    sys.version_info < (3, 11), reason="Python 3.10 does not count cancellation requests"
-)
-def test_a_permit_waiter_honours_a_cancellation_lost_in_its_wait(
-    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As for ``AsyncLock``: a cancellation that ``asyncio.wait_for`` swallowed
-    (before Python 3.12) still ends the wait, and the waiter leaves the queue."""
-    real_call = AsyncConnection.call
-    waiting = asyncio.Event()
-
-    async def call_losing_cancellation(
-        self: AsyncConnection, command: str, *a: Any, **k: Any
-    ) -> Any:
-        if command != "blpop":
-            return await real_call(self, command, *a, **k)
-        waiting.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            return None
-        return None
-
-    monkeypatch.setattr(AsyncConnection, "call", call_losing_cancellation)
-
-    async def main() -> None:
-        holder = AsyncSemaphore("lost-cancel", 1, timeout=30)
-        await holder.acquire()
-        task = asyncio.create_task(AsyncSemaphore("lost-cancel", 1, blocking_timeout=20).acquire())
-        await asyncio.wait_for(waiting.wait(), 10)
-        assert redis_client.zcard("redislock:{lost-cancel}:sem:queue") == 1  # queued
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(task, 10)
-        assert redis_client.zcard("redislock:{lost-cancel}:sem:queue") == 0
-        await holder.release()
 
     asyncio.run(main())

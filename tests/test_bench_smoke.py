@@ -22,17 +22,18 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = [sys.executable, "-m", "bench"]
 
 
+def run_bench(command: list[str], *, timeout: float) -> subprocess.CompletedProcess[str]:
+    """A bench run from the project root, outside the test suite's Django settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SETTINGS")}
+    return subprocess.run(
+        command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
 @pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
 def test_quick_bench_of_lock_and_raw() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SETTINGS")}
-    completed = subprocess.run(
-        [*BENCH, "--quick", "--json", "--libs", "redislock,raw", "--processes", "3"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
+    completed = run_bench(
+        [*BENCH, "--quick", "--json", "--libs", "redislock,raw", "--processes", "3"], timeout=30
     )
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)
@@ -57,15 +58,9 @@ def test_quick_bench_of_lock_and_raw() -> None:
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
 def test_semaphore_bench_reports_every_contender_against_the_floor() -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DJANGO_SETTINGS")}
-    completed = subprocess.run(
+    completed = run_bench(
         [sys.executable, "bench/bench_semaphore.py", "--seconds", "0.02", "--rounds", "2"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
         timeout=60,
-        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     rows = [line for line in completed.stdout.splitlines() if "x floor" in line]

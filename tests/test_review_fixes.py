@@ -15,6 +15,19 @@ from django_redislock import signals as lock_signals
 from django_redislock.watchdog import watchdog
 
 
+def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancel an ``AsyncLock`` acquire just after Redis ran its acquire script."""
+    real_run = async_locks.AsyncConnection.run
+
+    async def ran_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
+        result = await real_run(self, script, keys, args)
+        if script is async_locks.LOCK_ACQUIRE:
+            raise asyncio.CancelledError
+        return result
+
+    monkeypatch.setattr(async_locks.AsyncConnection, "run", ran_then_cancelled)
+
+
 def _raise(**kwargs: Any) -> None:
     raise RuntimeError("a broken receiver")
 
@@ -85,15 +98,7 @@ def test_an_acquire_interrupted_after_the_grant_is_undone(
 def test_a_cancelled_async_acquire_after_the_grant_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real_run = async_locks.AsyncConnection.run
-
-    async def granted_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
-        result = await real_run(self, script, keys, args)
-        if script is async_locks.LOCK_ACQUIRE:
-            raise asyncio.CancelledError
-        return result
-
-    monkeypatch.setattr(async_locks.AsyncConnection, "run", granted_then_cancelled)
+    cancel_once_acquire_ran(monkeypatch)
 
     async def main() -> None:
         with pytest.raises(asyncio.CancelledError):
@@ -176,15 +181,7 @@ def test_a_cancelled_async_acquire_after_it_queued_leaves_no_queue_entry(
 ) -> None:
     holder = Lock("async-unawares")
     holder.acquire()
-    real_run = async_locks.AsyncConnection.run
-
-    async def queued_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
-        result = await real_run(self, script, keys, args)
-        if script is async_locks.LOCK_ACQUIRE:
-            raise asyncio.CancelledError
-        return result
-
-    monkeypatch.setattr(async_locks.AsyncConnection, "run", queued_then_cancelled)
+    cancel_once_acquire_ran(monkeypatch)
 
     async def main() -> None:
         with pytest.raises(asyncio.CancelledError):
