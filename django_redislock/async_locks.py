@@ -1,10 +1,11 @@
 """``AsyncLock``: ``Lock`` for async views and tasks, with ``async with``.
 
-Ownership is per asyncio task. Round trips go through an asyncio mirror of the
-cache's connection pool, so a waiting coroutine blocks no thread; topologies
-with no asyncio mirror (Sentinel, Cluster) run the same calls in a worker
-thread. Leases are renewed by the process's one watchdog thread, as for
-``Lock``.
+The holder is the asyncio task (``holders.py``): any ``AsyncLock`` for the
+name in the holding task re-enters; a task never inherits its parent's holds.
+Round trips go through an asyncio mirror of the cache's connection pool, so
+a waiting coroutine blocks no thread; topologies with no asyncio mirror
+(Sentinel, Cluster) run the same calls in a worker thread. Leases are renewed
+by the process's one watchdog thread, as for ``Lock``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,21 @@ from .base import (
     WAKE_UP,
     AsyncPrimitive,
     Holding,
-    check_seconds,
+    check_lease,
     current_pid,
     handoff_fresh,
     new_token,
     wait_seconds,
 )
-from .locks import ACQUIRED, NOT_OURS, LockBase, acquire_reply, parse_lock_value
+from .holders import Registry, current_task, task_registry
+from .locks import (
+    ACQUIRED,
+    GONE_AT_REENTRY,
+    NOT_OURS,
+    LockBase,
+    acquire_reply,
+    parse_lock_value,
+)
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE, Script
 from .watchdog import watchdog
 
@@ -97,22 +106,23 @@ class AsyncLock(LockBase, AsyncPrimitive):
             auto_renew=auto_renew,
             using=using,
         )
-        self._holdings: weakref.WeakKeyDictionary[asyncio.Task[Any], Holding] = (
+        self._entered_by: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def _task(self) -> asyncio.Task[Any]:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError("AsyncLock must be used from inside an asyncio task.")
-        return task
+    def _entered(self) -> list[Holding]:
+        task = current_task("AsyncLock")
+        entered = self._entered_by.get(task)
+        if entered is None or (entered and entered[0].pid != current_pid()):
+            entered = self._entered_by[task] = []
+        return entered
+
+    def _registry(self) -> Registry[Holding]:
+        return task_registry("AsyncLock")
 
     def _holding(self) -> Holding | None:
-        holding = self._holdings.get(self._task())
-        if holding is not None and holding.pid != current_pid():
-            del self._holdings[self._task()]
-            return None
-        return holding
+        """The hold this handle's release, extend and ``owned`` apply to."""
+        return self._current(None)
 
     @property
     def fencing_token(self) -> int | None:
@@ -133,18 +143,20 @@ class AsyncLock(LockBase, AsyncPrimitive):
         keys, sigprefix = self._key_set(settings.key_prefix)
         lease = self._lease(settings)
         lease_ms = int(lease * 1000)
-        holding = self._holding()
+        hold_key = self._hold_key(self.using or settings.cache, keys[0])
+        holding = self._reentry(hold_key)
         if holding is not None:
             args = self._acquire_args(
-                holding.token, lease_ms, "nest", 0, sigprefix, settings.stats_ttl_ms
-            )
+                holding.token, int(holding.lease * 1000), "nest", 0, sigprefix,
+                settings.stats_ttl_ms,
+            )  # fmt: skip
             with backend.translate_errors(self.name):
                 status, _ = acquire_reply(await conn.run(LOCK_ACQUIRE, keys, args))
-            if status == NOT_OURS:
-                holding.mark_lost("the lease was gone when the holder acquired it again")
-                raise self._lost(holding)
-            holding.depth += 1
-            return None
+            if status != NOT_OURS:
+                holding.depth += 1
+                self._took(hold_key, holding)
+                return None
+            self._supersede(self._registry(), hold_key, holding, GONE_AT_REENTRY)
 
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         token = new_token()
@@ -201,7 +213,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         )
         if handed:
             holding.lease_deadline = started + grant_ms / 1000
-        self._holdings[self._task()] = holding
+        self._took(hold_key, holding)
         if auto_renew:
             watchdog.watch(holding)
         # a handoff came after `started` (see wait_turn); the wait ended now
@@ -241,15 +253,15 @@ class AsyncLock(LockBase, AsyncPrimitive):
                 raise
             self._after_release(holding, result)
         finally:
-            if not holding.active:
-                self._holdings.pop(self._task(), None)
+            self._left(holding)
 
     async def extend(self, seconds: float | None = None) -> None:
-        """Reset the lease to ``seconds`` (default: the lock's timeout) from now."""
+        """Make ``seconds`` the lease from now on (see ``Lock.extend``)."""
+        lease = check_lease(seconds, "seconds")
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
-        lease = check_seconds(seconds, "seconds") or holding.lease
+        lease = lease or holding.lease
         started = time.monotonic()
         conn = AsyncConnection(holding.client)
         with backend.translate_errors(self.name):
@@ -257,7 +269,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         if not result:
             holding.mark_lost("the lease was gone when the holder extended it")
             raise self._lost(holding)
-        holding.lease_deadline = started + lease
+        holding.set_lease(lease, started)
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock right now."""

@@ -186,6 +186,7 @@ class Holding:
         "client",
         "depth",
         "fencing_token",
+        "holder",
         "keys",
         "kind",
         "lease",
@@ -234,6 +235,7 @@ class Holding:
         self.pid = os.getpid()
         self.fencing_token = fencing_token
         self.acquired_at = time.monotonic()
+        self.holder = holder_description()
         # Measured from before the request was sent: never later than Redis's view.
         self.lease_deadline = started + lease
         self.renew_interval = lease / 3
@@ -252,21 +254,39 @@ class Holding:
     def renew(self) -> bool:
         if not self.active:
             return True
-        started = time.monotonic()
+        started, lease = time.monotonic(), self.lease
         with backend.translate_errors(self.name):
-            result = self.renew_script(self.client, self.keys, [self.token, int(self.lease * 1000)])
+            result = self.renew_script(self.client, self.keys, [self.token, int(lease * 1000)])
         if result:
-            self.lease_deadline = started + self.lease
+            self.lease_deadline = started + lease
             return True
         # A release sent while this renewal was on its way may have run first on
         # the server: then "not ours" is the release, not a loss; the release's
         # own answer decides.
         return self.releasing
 
+    def set_lease(self, lease: float, started: float) -> None:
+        """``extend()``: ``lease`` is the lease from now on, for every later
+        renewal too (a renewal already on its way may still set the old one
+        once; the next one, a third of the new lease later, corrects it)."""
+        self.lease = lease
+        self.renew_interval = lease / 3
+        self.lease_deadline = started + lease
+        if self.active:
+            watchdog.reschedule(self)
+
     def mark_lost(self, reason: str) -> None:
         if not self.active or self.lost is not None:
             return
         self.lost = reason
+        logger.warning(
+            "Lost the lease of %s %r held by %s for %.3f s: %s",
+            self.kind,
+            self.name,
+            self.holder,
+            time.monotonic() - self.acquired_at,
+            reason,
+        )
         self._count_lost()
         signals.notify(
             signals.lock_lost,
@@ -308,6 +328,7 @@ class Resolved:
     """
 
     __slots__ = (
+        "alias",
         "auto_renew",
         "chunk",
         "client",
@@ -327,6 +348,7 @@ class Resolved:
         self.wrapped = wrapped
         self.options = primitive._resolve_options()
         self.settings = settings
+        self.alias = primitive.using or settings.cache
         self.client, self.chunk = primitive._client_and_chunk(settings)
         self.keys, self.sigprefix = primitive._key_set(settings.key_prefix)
         # Bytes go to the wire as they are; a str would be encoded on every call.

@@ -21,7 +21,6 @@ import inspect
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from contextvars import ContextVar
 from http import HTTPStatus
 from typing import Any, Literal, TypeVar, cast
 
@@ -32,7 +31,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from .async_locks import AsyncLock
 from .base import check_alias, check_name, check_seconds
 from .exceptions import LockTimeout
-from .locks import Lock, LockBase
+from .locks import Lock
+from .transactions import hand_over
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,29 +50,6 @@ class _Missing:
 
 
 _MISSING = _Missing()
-
-#: The locks ``require_lock`` holds in the current thread or task, so that a
-#: decorated call nested in another one with the same lock name nests the
-#: lock instead of waiting for itself until its blocking timeout.
-_held: ContextVar[tuple[tuple[str, str | None, LockBase], ...]] = ContextVar(
-    "django_redislock_require_lock_held", default=()
-)
-
-L = TypeVar("L", Lock, AsyncLock)
-
-
-def _held_lock(kind: type[L], name: str, using: str | None) -> L | None:
-    for held_name, held_using, lock in _held.get():
-        # _holding() is per thread (Lock) or per task (AsyncLock): a copied
-        # context in another thread or task does not count as holding
-        if (
-            held_name == name
-            and held_using == using
-            and isinstance(lock, kind)
-            and lock._holding() is not None
-        ):
-            return lock
-    return None
 
 
 def _parse(template: object) -> list[str | tuple[str, ...]]:
@@ -211,23 +188,11 @@ def _release_or_hold_until_commit(lock: Lock) -> None:
     Under ``ATOMIC_REQUESTS`` (or any outer ``atomic()``) the function's writes
     commit after it returns. Releasing at the return would let the next holder
     read the row before those writes are visible and overwrite them: the lost
-    update the lock is there to prevent. So the outermost hold is handed to
-    the transaction, which releases it after its commit or rollback.
+    update the lock is there to prevent. So the thread's outermost hold is
+    handed to the transaction, which releases it after its commit or rollback.
     """
-    from django.db import connections
-
-    holding = lock._holding()
-    if holding is not None and holding.depth == 1:
-        for connection in connections.all(initialized_only=True):
-            if connection.in_atomic_block:
-                from .models import TransactionLocks
-
-                holds = TransactionLocks.of(connection)
-                if lock.name not in holds.locks:
-                    holds.hold([lock])
-                    return
-                break
-    lock.__exit__(None, None, None)
+    if not hand_over(lock):
+        lock.__exit__(None, None, None)
 
 
 def _retry_after_header(error: LockTimeout) -> str:
@@ -287,21 +252,19 @@ def require_lock(
 
             async def _async_view(*args: Any, **kwargs: Any) -> Any:
                 name, request = lock_name(args, kwargs)
-                lock = _held_lock(AsyncLock, name, using) or AsyncLock(
+                # the holder is the task: a nested call for the same name re-enters
+                lock = AsyncLock(
                     name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
                 )
                 retry = await lock._acquire(None, None)
                 if retry is not None:
                     answer = contended(request, lock._timeout_error(retry))
                     return await answer if inspect.isawaitable(answer) else answer
-                token = _held.set((*_held.get(), (name, using, lock)))
                 try:
                     result = await func(*args, **kwargs)
                 except BaseException as exc:
                     await lock.__aexit__(type(exc), exc, exc.__traceback__)
                     raise
-                finally:
-                    _held.reset(token)
                 await lock.__aexit__(None, None, None)
                 return result
 
@@ -310,20 +273,16 @@ def require_lock(
 
         def _view(*args: Any, **kwargs: Any) -> Any:
             name, request = lock_name(args, kwargs)
-            lock = _held_lock(Lock, name, using) or Lock(
-                name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
-            )
+            # the holder is the thread: a nested call for the same name re-enters
+            lock = Lock(name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
             retry = lock._acquire(None, None)
             if retry is not None:
                 return contended(request, lock._timeout_error(retry))
-            token = _held.set((*_held.get(), (name, using, lock)))
             try:
                 result = func(*args, **kwargs)
             except BaseException as exc:
                 lock.__exit__(type(exc), exc, exc.__traceback__)
                 raise
-            finally:
-                _held.reset(token)
             _release_or_hold_until_commit(lock)
             return result
 

@@ -32,12 +32,13 @@ from .base import (
     Primitive,
     SyncPrimitive,
     abandon,
-    check_seconds,
+    check_lease,
     current_pid,
     holder_description,
     new_token,
     wait_turn,
 )
+from .holders import Registry, thread_registry
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .watchdog import watchdog
 
@@ -63,6 +64,8 @@ def acquire_reply(reply: int) -> tuple[int, int]:
 
 
 _FENCE_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
+#: Why a hold found gone when its holder acquired the name again is lost.
+GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
 #: How many argument tails one lock remembers (lease x mode x waiter TTL x prefix).
 _ARG_CACHE_SIZE = 16
 
@@ -232,6 +235,71 @@ class LockBase(Primitive):
         if holding.depth <= 1:
             holding.end()
 
+    # holders: see ``holders.py`` ------------------------------------------------------
+
+    def _entered(self) -> list[Holding]:
+        """The holds this handle took or re-entered in the current holder, latest last."""
+        raise NotImplementedError
+
+    def _registry(self) -> Registry[Holding]:
+        raise NotImplementedError
+
+    def _hold_key(self, alias: str, key: str) -> tuple[str, str]:
+        return (alias, key)
+
+    def _current(self, key: tuple[str, str] | None) -> Holding | None:
+        """The hold a release, extend or ``owned`` of this handle applies to: the
+        latest one it took, else the current holder's hold of the name (taken
+        through another handle); ``key`` is ``_hold_key`` when it is at hand."""
+        entered = self._entered()
+        while entered and not entered[-1].active and entered[-1].lost is None:
+            entered.pop()  # released to the end through another handle
+        if entered:
+            return entered[-1]
+        if key is None:
+            key = self._own_hold_key()
+        return self._registry().get(key)
+
+    def _own_hold_key(self) -> tuple[str, str]:
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        return self._hold_key(self.using or settings.cache, keys[0])
+
+    def _reentry(self, key: tuple[str, str]) -> Holding | None:
+        """The current holder's live hold of the name, to nest into; a hold
+        already known lost is reported once more, forgotten and not nested into
+        (the caller acquires afresh; the handle that took it is told at its
+        release)."""
+        registry = self._registry()
+        holding = registry.get(key)
+        if holding is not None and holding.lost is not None:
+            self._supersede(registry, key, holding, holding.lost)
+            return None
+        return holding
+
+    @staticmethod
+    def _supersede(
+        registry: Registry[Holding], key: tuple[str, str], holding: Holding, reason: str
+    ) -> None:
+        holding.mark_lost(reason)
+        holding.end()
+        registry.drop(key, holding)
+
+    def _took(self, key: tuple[str, str], holding: Holding) -> None:
+        """Record a new or re-entered hold for this handle and its holder."""
+        if holding.depth == 1:
+            self._registry().put(key, holding)
+        self._entered().append(holding)
+
+    def _left(self, holding: Holding) -> None:
+        """After a release of ``holding`` through this handle, whatever its outcome."""
+        entered = self._entered()
+        if not holding.active:
+            entered[:] = [h for h in entered if h is not holding]
+            self._registry().drop(self._own_hold_key(), holding)
+        elif entered and entered[-1] is holding:
+            entered.pop()
+
 
 class Lock(LockBase, SyncPrimitive):
     """An exclusive lock on ``name``, shared by every process that uses the same Redis.
@@ -244,8 +312,10 @@ class Lock(LockBase, SyncPrimitive):
     holder's lease going. If the lease is lost anyway the holder is told
     (``lock_lost``, ``LockLostError``) rather than carrying on unaware.
 
-    Reentrant per holder: the same ``Lock`` object in the same thread may
-    acquire again; the lock is freed by the matching last release.
+    Reentrant per thread: the holder is the thread, not the ``Lock`` object.
+    Any ``Lock`` for the same name and cache alias in the holding thread
+    acquires again without waiting; the lock is freed by that thread's last
+    release (see ``holders.py``).
     """
 
     def __init__(
@@ -268,18 +338,24 @@ class Lock(LockBase, SyncPrimitive):
         )
         self._local = threading.local()
 
-    # holder state --------------------------------------------------------------
+    # holder state: see holders.py ---------------------------------------------------
+
+    def _entered(self) -> list[Holding]:
+        entered: list[Holding] | None = getattr(self._local, "entered", None)
+        if entered is None or (entered and entered[0].pid != current_pid()):
+            entered = self._local.entered = []  # new thread, or inherited through fork()
+        return entered
+
+    def _registry(self) -> Registry[Holding]:
+        return thread_registry()
 
     def _holding(self) -> Holding | None:
-        holding: Holding | None = getattr(self._local, "holding", None)
-        if holding is not None and holding.pid != current_pid():
-            self._local.holding = None  # inherited through fork(): not ours
-            return None
-        return holding
+        """The hold this handle's release, extend and ``owned`` apply to."""
+        return self._current(None)
 
     @property
     def fencing_token(self) -> int | None:
-        """The fencing token of this holder's current hold (``None`` when not held)."""
+        """The fencing token of the current thread's hold (``None`` when not held)."""
         holding = self._holding()
         return holding.fencing_token if holding is not None else None
 
@@ -303,10 +379,13 @@ class Lock(LockBase, SyncPrimitive):
             resolved.wire_sigprefix,
         )
         lease, lease_ms = resolved.lease, resolved.lease_ms
-        holding = self._holding()
+        hold_key = self._hold_key(resolved.alias, resolved.keys[0])
+        holding = self._reentry(hold_key)
         if holding is not None:
-            self._nest(holding, client, wire_keys, lease_ms, sigprefix, settings.stats_ttl_ms)
-            return None
+            if self._nest(holding, client, wire_keys, sigprefix, settings.stats_ttl_ms):
+                self._took(hold_key, holding)
+                return None
+            self._supersede(self._registry(), hold_key, holding, GONE_AT_REENTRY)
 
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         token = new_token()
@@ -374,7 +453,7 @@ class Lock(LockBase, SyncPrimitive):
         holding.release_packed = release_packed
         if status == HANDED:  # a short first lease, which the watchdog renews soon
             holding.lease_deadline = started + grant_ms / 1000
-        self._local.holding = holding
+        self._took(hold_key, holding)
         if auto_renew:
             watchdog.watch(holding)
         # a handoff came after `started` (see wait_turn); the wait ended now
@@ -386,17 +465,19 @@ class Lock(LockBase, SyncPrimitive):
         holding: Holding,
         client: Any,
         keys: list[bytes],
-        lease_ms: int,
         sigprefix: str,
         stats_ttl_ms: int,
-    ) -> None:
+    ) -> bool:
+        """Re-enter the current holder's hold, with its lease as it stands;
+        ``False`` when Redis says it is no longer ours."""
+        lease_ms = int(holding.lease * 1000)
         args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, stats_ttl_ms)
         with backend.translate_errors(self.name):
             status, _ = acquire_reply(LOCK_ACQUIRE(client, keys, args))
         if status == NOT_OURS:
-            holding.mark_lost("the lease was gone when the holder acquired it again")
-            raise self._lost(holding)
+            return False
         holding.depth += 1
+        return True
 
     def _leave_queue(self, client: Any, keys: list[Any], args: list[Any]) -> None:
         """Give up waiting; passes on a wake-up or a handoff that came meanwhile."""
@@ -427,22 +508,26 @@ class Lock(LockBase, SyncPrimitive):
                 raise
             self._after_release(holding, result)
         finally:
-            if not holding.active:
-                self._local.holding = None
+            self._left(holding)
 
     def extend(self, seconds: float | None = None) -> None:
-        """Reset the lease to ``seconds`` (default: the lock's timeout) from now."""
+        """Make ``seconds`` (default: the lease as it stands) the lease from now on.
+
+        The watchdog renews by the new lease until release, and so does a
+        nested acquire. Below 1 ms is a ``ValueError``.
+        """
+        lease = check_lease(seconds, "seconds")
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
-        lease = check_seconds(seconds, "seconds") or holding.lease
+        lease = lease or holding.lease
         started = time.monotonic()
         with backend.translate_errors(self.name):
             result = LOCK_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
         if not result:
             holding.mark_lost("the lease was gone when the holder extended it")
             raise self._lost(holding)
-        holding.lease_deadline = started + lease
+        holding.set_lease(lease, started)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""

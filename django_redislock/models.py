@@ -23,9 +23,8 @@ a stock figure that is not committed yet.
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
@@ -34,15 +33,12 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.utils.translation import gettext_lazy as _
 
-from .exceptions import InsufficientStock, LockError, LockTimeout
-from .locks import Lock
-from .multilock import MultiLock
+from . import transactions
+from .exceptions import InsufficientStock
 
 __all__ = ["HeldLock", "InsufficientStock", "InventoryMixin"]
 
 logger = logging.getLogger(__name__)
-
-_HOLDS_ATTRIBUTE = "_django_redislock_transaction_locks"
 
 
 def check_quantity(quantity: object, argument: str = "quantity") -> int:
@@ -53,92 +49,6 @@ def check_quantity(quantity: object, argument: str = "quantity") -> int:
     if quantity < 1:
         raise ValueError(f"{argument} must be a positive int, got {quantity!r}.")
     return quantity
-
-
-class TransactionLocks:
-    """Locks one database connection holds until its current transaction ends.
-
-    Django has ``on_commit`` but no rollback hook, and an ``on_commit``
-    callback registered inside a savepoint is dropped when that savepoint
-    rolls back, although the lock must still be held until the outer
-    transaction ends. So this wraps the connection's own ``commit``,
-    ``rollback`` and ``close`` (the calls ``atomic`` makes when the outermost
-    block ends, whichever way) and releases after them, once no atomic block
-    is left. Installed once per connection object; with nothing held the
-    wrappers only pass through.
-    """
-
-    def __init__(self, connection: BaseDatabaseWrapper) -> None:
-        self.connection = connection
-        self.locks: dict[str, Lock] = {}
-        for method in ("commit", "rollback"):
-            setattr(connection, method, self._after(getattr(connection, method), final=False))
-        connection.close = self._after(connection.close, final=True)  # type: ignore[method-assign]
-
-    @classmethod
-    def of(cls, connection: BaseDatabaseWrapper) -> TransactionLocks:
-        holds: TransactionLocks | None = connection.__dict__.get(_HOLDS_ATTRIBUTE)
-        if holds is None:
-            holds = cls(connection)
-            setattr(connection, _HOLDS_ATTRIBUTE, holds)
-        return holds
-
-    def _after(self, method: Callable[..., Any], *, final: bool) -> Callable[..., Any]:
-        @functools.wraps(method)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return method(*args, **kwargs)
-            finally:
-                if self.locks and (final or not self.connection.in_atomic_block):
-                    self.release_all()
-
-        return wrapper
-
-    def release_all(self) -> None:
-        """The transaction is over: release everything, never raising into the
-        commit or rollback that just happened (a lost lease has already been
-        reported through ``lock_lost``; the guarded UPDATE kept the stock right)."""
-        locks, self.locks = self.locks, {}
-        for lock in reversed(locks.values()):
-            try:
-                lock.release()
-            except LockError as exc:
-                logger.warning("Releasing %r after the transaction ended: %s", lock.name, exc)
-
-    def hold(self, locks: Iterable[Lock]) -> None:
-        for lock in locks:
-            self.locks[lock.name] = lock
-
-
-def _hold_until_transaction_end(names: list[str], using: str, options: Mapping[str, Any]) -> None:
-    """Take the locks ``names`` for the current transaction of ``using``.
-
-    Must be called inside ``atomic(using=using)``. Names this transaction
-    already holds are not taken again, so two deductions of one item in one
-    transaction do not wait on themselves.
-    """
-    connection = transaction.get_connection(using)
-    holds = TransactionLocks.of(connection)
-    wanted = sorted(set(names) - set(holds.locks))
-    if not wanted:
-        return
-    if len(wanted) == 1:
-        lock = Lock(wanted[0], **options)
-        retry = lock._acquire(None, None)
-        if retry is not None:
-            raise lock._timeout_error(retry)
-        holds.hold([lock])
-        return
-    multi = MultiLock(wanted, **options)
-    refused = multi._acquire(None, None)
-    if refused is not None:
-        name, retry_after = refused
-        raise LockTimeout(
-            f"Could not acquire lock {name!r} of {multi!r} in time.",
-            name=name,
-            retry_after=retry_after,
-        )
-    holds.hold(multi.locks)
 
 
 def _update_returning_sql(
@@ -272,7 +182,7 @@ class InventoryMixin(models.Model):
         field = cls.stock_field
         manager = cls._base_manager.using(using)
         with transaction.atomic(using=using):
-            _hold_until_transaction_end(
+            transactions.hold_until_transaction_end(
                 [cls.inventory_lock_name(pk) for pk in quantities],
                 using,
                 cls.inventory_lock_options,

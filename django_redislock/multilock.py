@@ -29,7 +29,8 @@ from .locks import Lock
 
 
 class MultiLock:
-    """All of ``names`` or none of them, for one holder (this object, this thread).
+    """All of ``names`` or none of them, for one holder: the thread (its parts are
+    ``Lock``s, so the holding thread re-enters any of them through any handle).
 
     Names are de-duplicated and taken in sorted order. ``blocking_timeout``
     bounds the wait for the whole set, not for each part. Options mean what

@@ -49,7 +49,7 @@ from .base import (
 )
 from .conf import LockSettings, get_settings
 from .exceptions import LockBackendError, LockLostError, LockNotOwnedError, LockTimeout
-from .locks import ACQUIRED, REFUSED, acquire_reply
+from .locks import ACQUIRED, REFUSED, acquire_reply, parse_lock_value
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, REDLOCK_FENCE
 from .watchdog import watchdog
 
@@ -253,7 +253,7 @@ class Redlock:
         lease = self.timeout if self.timeout is not None else settings.timeout
         holding = self._holding()
         if holding is not None:
-            if not self._extend_holding(holding, lease, "acquired it again"):
+            if not self._extend_holding(holding, holding.lease, "acquired it again"):
                 raise self._lost(holding)
             holding.depth += 1
             return None
@@ -442,13 +442,16 @@ class Redlock:
         )
 
     def extend(self, seconds: float | None = None) -> None:
-        """Reset the lease to ``seconds`` (default: the lock's timeout) on every server."""
+        """Make ``seconds`` the lease from now on, on every server (see ``Lock.extend``)."""
+        lease = check_lease(seconds, "seconds")
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
-        lease = check_seconds(seconds, "seconds") or holding.lease
+        lease = lease or holding.lease
         if not self._extend_holding(holding, lease, "extended it"):
             raise self._lost(holding)
+        holding.renew_interval = lease / 3
+        watchdog.reschedule(holding)
 
     def _extend_holding(self, holding: RedlockHolding, lease: float, action: str) -> bool:
         if holding.lost is not None:
@@ -490,10 +493,8 @@ class Redlock:
         if holding is None:
             return False
         answered, needed = self._quorum_view()
-        mine = holding.token.encode()
-        return sum(1 for value, _ in answered if value and value.split(b":", 1)[0] == mine) >= (
-            needed
-        )
+        found = (parse_lock_value(value) for value, _ in answered)
+        return sum(1 for state in found if state and state.token == holding.token) >= needed
 
     def ttl(self) -> float | None:
         """Seconds a majority of the servers will keep holding it, or ``None`` when free."""

@@ -35,7 +35,7 @@ from .base import (
     Resolved,
     SyncPrimitive,
     abandon,
-    check_seconds,
+    check_lease,
     current_pid,
     holder_description,
     new_token,
@@ -298,7 +298,7 @@ class PermitBase(Primitive):
         if not result:
             holding.mark_lost("the lease was gone when the holder extended it")
             raise self._lost(holding)
-        holding.lease_deadline = started + lease
+        holding.set_lease(lease, started)
 
     def _describe_keys(self) -> tuple[Any, list[str]]:
         settings = self._settings()
@@ -388,12 +388,14 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         self._after_release(holding, result)
 
     def extend(self, seconds: float | None = None) -> None:
-        """Reset the lease of this holder's latest permit to ``seconds`` from now."""
+        """Make ``seconds`` the lease of this holder's latest permit from now on
+        (for the watchdog's renewals too; see ``Lock.extend``)."""
+        lease = check_lease(seconds, "seconds")
         stack = self._stack()
         if not stack:
             raise self._not_owned()
         holding = stack[-1]
-        lease = check_seconds(seconds, "seconds") or holding.lease
+        lease = lease or holding.lease
         started = time.monotonic()
         with backend.translate_errors(self.name):
             result = PERMIT_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
@@ -490,14 +492,16 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         self._after_release(holding, result)
 
     async def extend(self, seconds: float | None = None) -> None:
-        """Reset the lease of this holder's latest permit to ``seconds`` from now."""
+        """Make ``seconds`` the lease of this holder's latest permit from now on
+        (for the watchdog's renewals too; see ``Lock.extend``)."""
         from .async_locks import AsyncConnection
 
+        lease = check_lease(seconds, "seconds")
         stack = self._stack()
         if not stack:
             raise self._not_owned()
         holding = stack[-1]
-        lease = check_seconds(seconds, "seconds") or holding.lease
+        lease = lease or holding.lease
         started = time.monotonic()
         with backend.translate_errors(self.name):
             result = await AsyncConnection(holding.client).run(

@@ -76,6 +76,18 @@ class Watchdog:
             elif due < self._wake_at:
                 self._cond.notify()
 
+    def reschedule(self, holding: Renewable) -> None:
+        """The lease changed (``extend``): renew by the new one, if watched."""
+        now = time.monotonic()
+        due = now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+        with self._lock:
+            entry = self._watched.get(id(holding))
+            if entry is None or entry[0]() is not holding:
+                return
+            self._watched[id(holding)] = (entry[0], due)
+            if due < self._wake_at:
+                self._cond.notify()
+
     def unwatch(self, holding: Renewable) -> None:
         with self._lock:
             self._watched.pop(id(holding), None)

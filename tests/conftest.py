@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import redis
 
+from tests.holders import OtherThread
 from tests.servers import REDIS_SERVER, FakeTcpRedis, RedisServer
 
 #: Multi-node fixtures (Cluster, Sentinel, Redlock servers) for the scale-out tests.
@@ -85,6 +86,57 @@ def _redis_settings() -> Iterator[str]:
         yield _session["url"]
 
 
+#: Test modules that run twice: on raw connections and on ``decode_responses=True``
+#: ones (django-redis shares one pool per URL across cache aliases, so an alias
+#: can inherit a decoded pool without asking for it).
+BOTH_RESPONSE_MODES = frozenset(
+    {
+        "test_admin",
+        "test_async_locks",
+        "test_async_permits",
+        "test_commands",
+        "test_fencing",
+        "test_holders",
+        "test_inspection",
+        "test_locks",
+        "test_multilock",
+        "test_rwlock",
+        "test_semaphores",
+        "test_signals",
+    }
+)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    module = metafunc.module.__name__.rsplit(".", 1)[-1]
+    if module in BOTH_RESPONSE_MODES and "responses" in metafunc.fixturenames:
+        metafunc.parametrize("responses", ["raw", "decoded"], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def responses(request: pytest.FixtureRequest, _redis_settings: str) -> Iterator[str]:
+    """``"decoded"``: the ``default`` cache hands out ``decode_responses=True``
+    connections (a URL of its own, so django-redis does not reuse the raw pool)."""
+    from django.test import override_settings
+
+    from tests.settings import redis_cache
+
+    mode = str(getattr(request, "param", "raw"))
+    if mode == "raw":
+        yield mode
+        return
+    decoded = redis_cache(
+        f"{_redis_settings}?client_name=decoded",
+        CONNECTION_POOL_KWARGS={"decode_responses": True},
+    )
+    caches = {
+        "default": decoded,
+        "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+    }
+    with override_settings(CACHES=caches):
+        yield mode
+
+
 @pytest.fixture
 def redis_url(_redis_settings: str) -> str:
     return _redis_settings
@@ -117,6 +169,17 @@ def _end_leaked_holdings() -> Iterator[None]:
     for holding in leaked:
         if holding is not None:
             holding.end()
+    from django_redislock import holders
+
+    holders._threads.registry = None  # the next test's holds start from nothing
+
+
+@pytest.fixture
+def other_thread() -> Iterator[OtherThread]:
+    """Another holder: a thread of its own for the whole test (``tests/holders.py``)."""
+    runner = OtherThread()
+    yield runner
+    runner.close()
 
 
 @pytest.fixture

@@ -115,10 +115,25 @@ def test_two_tasks_are_two_holders(path: str) -> None:
     run(main())
 
 
+async def hold_in_another_task(
+    name: str, **options: Any
+) -> tuple[asyncio.Event, asyncio.Task[None]]:
+    """Hold ``name`` from a task of its own until the returned event is set."""
+    held, done = asyncio.Event(), asyncio.Event()
+
+    async def hold() -> None:
+        async with AsyncLock(name, **options):
+            held.set()
+            await done.wait()
+
+    task = asyncio.create_task(hold())
+    await held.wait()
+    return done, task
+
+
 def test_timeout_raises_lock_timeout_with_retry_after(path: str) -> None:
     async def main() -> None:
-        holder = AsyncLock("busy", timeout=20)
-        await holder.acquire()
+        done, holder = await hold_in_another_task("busy", timeout=20)
         with capture(lock_signals.lock_contended) as contended:
             with pytest.raises(LockTimeout) as info:
                 async with AsyncLock("busy", blocking_timeout=0.05):
@@ -126,7 +141,8 @@ def test_timeout_raises_lock_timeout_with_retry_after(path: str) -> None:
         assert info.value.name == "busy"
         assert info.value.retry_after is not None and 0 < info.value.retry_after <= 20
         assert [c["name"] for c in contended] == ["busy"]
-        await holder.release()
+        done.set()
+        await holder
 
     run(main())
 
@@ -211,17 +227,44 @@ def test_watchdog_renews_async_holds(path: str) -> None:
     run(main())
 
 
-def test_nested_acquire_of_a_lost_lease_raises(path: str, redis_client: redis.Redis) -> None:
+def test_a_nested_acquire_after_the_lease_was_lost_takes_it_afresh(
+    path: str, redis_client: redis.Redis
+) -> None:
     async def main() -> None:
         lock = AsyncLock("nest-lost", auto_renew=False)
-        with pytest.raises(LockLostError):
-            async with lock:
+        with capture(lock_signals.lock_lost) as lost, pytest.raises(LockLostError):
+            async with lock:  # told at its exit that its hold was lost
+                first = lock.fencing_token
                 redis_client.delete("redislock:{nest-lost}:lock")
                 with pytest.raises(LockLostError):
-                    await lock.acquire()
-                with pytest.raises(LockLostError):
                     await lock.extend()
-        assert not await lock.owned()
+                async with AsyncLock("nest-lost", blocking_timeout=0) as inner:
+                    # asked Redis, not the task's stale record: a hold of its own
+                    assert await inner.owned()
+                    assert inner.fencing_token is not None and first is not None
+                    assert inner.fencing_token > first
+                    state = parse_lock_value(redis_client.get("redislock:{nest-lost}:lock"))
+                    assert state is not None and state.count == 1
+                assert not await lock.owned()
+        assert [call["name"] for call in lost] == ["nest-lost"]
+        assert not await lock.locked()
+
+    run(main())
+
+
+def test_another_async_lock_in_the_holding_task_reenters(path: str) -> None:
+    async def main() -> None:
+        async with AsyncLock("task-holds") as outer:
+            async with AsyncLock("task-holds", blocking_timeout=0) as inner:
+                assert inner.fencing_token == outer.fencing_token
+                assert await inner.owned()
+
+            async def child() -> bool:  # a task never inherits its parent's holds
+                return await AsyncLock("task-holds").acquire(blocking=False)
+
+            assert await asyncio.create_task(child()) is False
+            assert await outer.locked()
+        assert not await outer.locked()
 
     run(main())
 

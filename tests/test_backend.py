@@ -11,6 +11,7 @@ import redis
 from django.test import override_settings
 
 from django_redislock import AsyncLock, Lock, LockBackendError
+from tests.holders import OtherThread
 from tests.servers import RedisServer, free_port
 from tests.settings import redis_cache
 
@@ -111,13 +112,15 @@ def test_wait_longer_than_the_socket_timeout_succeeds() -> None:
 
 
 @pytest.mark.usefixtures("short_socket_timeout")
-def test_wait_of_three_seconds_times_out_cleanly_not_with_a_socket_error() -> None:
+def test_wait_of_three_seconds_times_out_cleanly_not_with_a_socket_error(
+    other_thread: OtherThread,
+) -> None:
     holder = Lock("chunked", timeout=30)
-    assert holder.acquire()
+    assert other_thread(holder.acquire)
     started = time.monotonic()
     assert not Lock("chunked", blocking_timeout=3).acquire()
     waited = time.monotonic() - started
-    holder.release()
+    other_thread(holder.release)
     assert 2.9 < waited < 6
 
 

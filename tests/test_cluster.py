@@ -18,6 +18,7 @@ from django_redislock.cluster import ClusterClient, parse_startup_nodes
 from django_redislock.inspection import clear, describe, list_held
 from django_redislock.locks import LockBase
 from tests.cluster import RedisClusterNodes, cluster_cache
+from tests.holders import OtherThread
 from tests.procs import processes
 
 pytestmark = pytest.mark.scaleout
@@ -57,7 +58,7 @@ def keyslots(cluster: RedisClusterNodes, keys: list[str]) -> set[int]:
 
 @pytest.mark.parametrize("name", AWKWARD_NAMES)
 def test_every_key_of_a_lock_shares_one_slot(
-    cluster_settings: RedisClusterNodes, name: str
+    cluster_settings: RedisClusterNodes, name: str, other_thread: OtherThread
 ) -> None:
     keys = [lock_backend.key("redislock", name, part) for part in LockBase.parts]
     keys.append(lock_backend.key("redislock", name, "signal:") + "0123abcd")
@@ -66,7 +67,7 @@ def test_every_key_of_a_lock_shares_one_slot(
     with lock:
         assert lock.locked()
         assert lock.owned()
-        assert Lock(name).acquire(blocking=False) is False
+        assert other_thread(Lock(name).acquire, blocking=False) is False
     assert not lock.locked()
 
 
@@ -183,7 +184,7 @@ def test_async_lock_on_the_cluster(cluster_settings: RedisClusterNodes) -> None:
         async with lock:
             tokens.append(lock.fencing_token)
             assert await lock.owned()
-            assert not await AsyncLock("async{1}").acquire(blocking=False)
+            assert not await asyncio.create_task(AsyncLock("async{1}").acquire(blocking=False))
         holder = AsyncLock("async{1}")
         await holder.acquire()
 

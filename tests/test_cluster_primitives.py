@@ -12,6 +12,7 @@ from django_redislock import MultiLock, ReadWriteLock, Semaphore
 from django_redislock import backend as lock_backend
 from django_redislock.inspection import clear, list_held
 from tests.cluster import RedisClusterNodes
+from tests.holders import OtherThread
 
 pytestmark = pytest.mark.scaleout
 
@@ -46,7 +47,7 @@ def test_read_write_lock_on_the_cluster(cluster_settings: RedisClusterNodes) -> 
 
 
 def test_multilock_across_slots_and_every_kind_listed(
-    cluster_settings: RedisClusterNodes,
+    cluster_settings: RedisClusterNodes, other_thread: OtherThread
 ) -> None:
     names = [f"sku:{i}" for i in range(9)]
     slots = {slot_of(cluster_settings, lock_backend.key("redislock", n, "lock")) for n in names}
@@ -56,7 +57,7 @@ def test_multilock_across_slots_and_every_kind_listed(
     semaphore = Semaphore("api", 3, auto_renew=False)
     rw = ReadWriteLock("report", auto_renew=False).read()
     with cart, semaphore, rw:
-        assert not overlapping.acquire(blocking_timeout=0.1)
+        assert not other_thread(overlapping.acquire, blocking_timeout=0.1)
         client = lock_backend.get_client("default")
         held = {(h.name, h.kind) for h in list_held(client, "redislock")}
         assert held == {(n, "lock") for n in names} | {("api", "semaphore"), ("report", "rwlock")}

@@ -11,6 +11,7 @@ from django.test import override_settings
 from django_redislock import AsyncLock, Lock
 from django_redislock.conf import DEFAULTS, get_settings
 from django_redislock.watchdog import watchdog
+from tests.holders import OtherThread
 from tests.settings import redis_cache
 
 #: Built before any override, as a module-level lock in a project would be.
@@ -85,9 +86,9 @@ def test_override_settings_takes_effect_on_a_lock_built_earlier(
         assert watched(IMPORT_TIME_LOCK)
 
 
-def test_blocking_timeout_setting_and_its_per_call_override() -> None:
+def test_blocking_timeout_setting_and_its_per_call_override(other_thread: OtherThread) -> None:
     holder = Lock("busy")
-    holder.acquire()
+    other_thread(holder.acquire)
     try:
         with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": 0.1}):
             started = time.monotonic()
@@ -99,7 +100,7 @@ def test_blocking_timeout_setting_and_its_per_call_override() -> None:
         with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": None}):
             assert not Lock("busy", blocking_timeout=0.05).acquire()
     finally:
-        holder.release()
+        other_thread(holder.release)
 
 
 def test_cache_setting_picks_the_alias(redis_client: redis.Redis, redis_url: str) -> None:
@@ -112,13 +113,15 @@ def test_cache_setting_picks_the_alias(redis_client: redis.Redis, redis_url: str
         other.close()
 
 
-def test_djangos_builtin_redis_cache_works_as_the_backend(redis_url: str) -> None:
+def test_djangos_builtin_redis_cache_works_as_the_backend(
+    redis_url: str, other_thread: OtherThread
+) -> None:
     builtin = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": redis_url}
     with override_settings(CACHES={"default": builtin}):
         lock = Lock("builtin", timeout=5)
         with lock:
             assert lock.owned()
-            assert not Lock("builtin").acquire(blocking=False)
+            assert not other_thread(Lock("builtin").acquire, blocking=False)
         assert not lock.locked()
 
         async def main() -> None:

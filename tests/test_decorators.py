@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from django_redislock import Lock, LockTimeout, require_lock
+from tests.holders import OtherThread
 
 
 @pytest.fixture(autouse=True)
@@ -19,11 +20,12 @@ def _views() -> Iterator[None]:
 
 
 @pytest.fixture
-def held() -> Iterator[Lock]:
+def held(other_thread: OtherThread) -> Iterator[Lock]:
+    """``sku:42`` held by another holder (a thread of its own)."""
     lock = Lock("sku:42", timeout=20)
-    lock.acquire()
+    other_thread(lock.acquire)
     yield lock
-    lock.release()
+    other_thread(lock.release)
 
 
 @pytest.mark.parametrize("prefix", ["buy", "direct", "decorated", "self"])
@@ -35,11 +37,13 @@ def test_view_runs_under_the_lock_named_from_url_kwargs(prefix: str) -> None:
 
 
 @pytest.mark.parametrize("prefix", ["buy", "direct", "decorated", "self"])
-def test_contention_answers_423_with_retry_after(held: Lock, prefix: str) -> None:
+def test_contention_answers_423_with_retry_after(
+    held: Lock, prefix: str, other_thread: OtherThread
+) -> None:
     response = Client().get(f"/{prefix}/42/")
     assert response.status_code == 423
     assert 1 <= int(response["Retry-After"]) <= 20
-    assert held.owned()
+    assert other_thread(held.owned)
 
 
 def test_other_names_are_not_contended(held: Lock) -> None:
@@ -142,20 +146,20 @@ def test_plain_function_by_argument_name_positional_or_keyword() -> None:
     assert calls == [True, True]
 
 
-def test_plain_function_contention_raises_lock_timeout() -> None:
+def test_plain_function_contention_raises_lock_timeout(other_thread: OtherThread) -> None:
     @require_lock("job:<job>", blocking_timeout=0.05)
     def run(job: str) -> None:
         raise AssertionError("must not run")
 
     holder = Lock("job:nightly", timeout=20)
-    holder.acquire()
+    other_thread(holder.acquire)
     try:
         with pytest.raises(LockTimeout) as info:
             run("nightly")
         assert info.value.name == "job:nightly"
         assert info.value.retry_after is not None
     finally:
-        holder.release()
+        other_thread(holder.release)
 
 
 @pytest.mark.parametrize(

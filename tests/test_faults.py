@@ -25,6 +25,7 @@ from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError, f
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
 from tests.faultproxy import FaultProxy
+from tests.holders import OtherThread
 from tests.procs import CTX, processes
 from tests.servers import RedisServer
 from tests.settings import redis_cache
@@ -246,7 +247,10 @@ def test_redis_restart_loses_locks_and_fences_keep_increasing(
 
 @pytest.mark.parametrize("jump", [-3600.0, 3600.0])
 def test_client_wall_clock_jumps_change_nothing(
-    jump: float, monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
+    jump: float,
+    monkeypatch: pytest.MonkeyPatch,
+    redis_client: redis.Redis,
+    other_thread: OtherThread,
 ) -> None:
     """Leases, order and fences come from Redis's clock and the client's monotonic clock."""
     with Lock("clock") as lock:
@@ -259,7 +263,7 @@ def test_client_wall_clock_jumps_change_nothing(
     assert holder.fencing_token > before
     remaining = redis_client.pttl(lock_key("clock"))
     assert 4000 < remaining <= 5000  # the lease is what was asked, whatever the wall clock
-    assert not Lock("clock").acquire(blocking=False)
+    assert not other_thread(Lock("clock").acquire, blocking=False)
     holder.release()
     after = Lock("clock", auto_renew=False)
     assert after.acquire(blocking=False)

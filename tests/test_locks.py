@@ -17,6 +17,7 @@ from django_redislock import (
 )
 from django_redislock import signals as lock_signals
 from django_redislock.locks import parse_lock_value
+from tests.holders import OtherThread
 from tests.signals_helper import capture
 
 
@@ -31,25 +32,49 @@ def test_acquire_release_and_key_goes_away(redis_client: redis.Redis) -> None:
     assert not redis_client.exists("redislock:{sku:1}:lock")
 
 
-def test_second_holder_is_refused_without_blocking() -> None:
+def test_second_holder_is_refused_without_blocking(other_thread: OtherThread) -> None:
     first, second = Lock("x"), Lock("x")
-    assert first.acquire()
+    assert other_thread(first.acquire)
     assert second.acquire(blocking=False) is False
     assert not second.owned()
-    first.release()
+    other_thread(first.release)
     assert second.acquire(blocking=False)
     second.release()
 
 
-def test_context_manager_raises_lock_timeout_with_retry_after() -> None:
+def test_another_lock_object_in_the_holding_thread_reenters(redis_client: redis.Redis) -> None:
+    first, second = Lock("x"), Lock("x", blocking_timeout=0)
+    with first:
+        with second:  # the holder is the thread: no wait on itself
+            assert second.owned() and first.owned()
+            assert second.fencing_token == first.fencing_token
+            state = parse_lock_value(redis_client.get("redislock:{x}:lock"))
+            assert state is not None and state.count == 2
+        assert first.locked() and first.owned()
+    assert not first.locked()
+
+
+def test_the_last_release_of_the_thread_frees_it_through_any_object() -> None:
+    first, second = Lock("x"), Lock("x")
+    first.acquire()
+    second.acquire()
+    first.release()
+    assert second.locked()
+    second.release()
+    assert not first.locked()
+    with pytest.raises(LockNotOwnedError):
+        first.release()
+
+
+def test_context_manager_raises_lock_timeout_with_retry_after(other_thread: OtherThread) -> None:
     holder = Lock("x", timeout=20)
-    holder.acquire()
+    other_thread(holder.acquire)
     with pytest.raises(LockTimeout) as info, Lock("x", blocking_timeout=0.05):
         pass
     assert info.value.name == "x"
     assert info.value.retry_after is not None
     assert 0 < info.value.retry_after <= 20
-    holder.release()
+    other_thread(holder.release)
 
 
 def test_reentrant_nesting_keeps_key_until_last_release(redis_client: redis.Redis) -> None:
@@ -96,15 +121,17 @@ def test_fencing_tokens_survive_data_loss(redis_client: redis.Redis) -> None:
         assert lock.fencing_token > before
 
 
-def test_release_by_non_holder_raises_not_owned() -> None:
+def test_release_by_non_holder_raises_not_owned(other_thread: OtherThread) -> None:
     holder, other = Lock("x"), Lock("x")
-    holder.acquire()
+    other_thread(holder.acquire)
     with pytest.raises(LockNotOwnedError):
         other.release()
     with pytest.raises(LockNotOwnedError):
         other.extend()
-    assert holder.owned()
-    holder.release()
+    with pytest.raises(LockNotOwnedError):
+        holder.release()  # the same object, but not the holding thread
+    assert other_thread(holder.owned)
+    other_thread(holder.release)
 
 
 def test_extend_and_ttl() -> None:
@@ -133,16 +160,52 @@ def test_lost_lease_does_not_mask_the_exception_in_flight(redis_client: redis.Re
             raise KeyError("the real problem")
 
 
-def test_another_holder_cannot_release_after_expiry(redis_client: redis.Redis) -> None:
+def test_another_holder_cannot_release_after_expiry(
+    redis_client: redis.Redis, other_thread: OtherThread
+) -> None:
     slow = Lock("expiry", timeout=0.2, auto_renew=False)
-    slow.acquire()
+    other_thread(slow.acquire)
     redis_client.pexpire("redislock:{expiry}:lock", 1)
     fast = Lock("expiry")
     assert fast.acquire(blocking_timeout=5)
     with pytest.raises(LockLostError):
-        slow.release()  # must not delete fast's lock
+        other_thread(slow.release)  # must not delete fast's lock
     assert fast.owned()
     fast.release()
+
+
+def test_a_lapsed_hold_is_not_carried_into_later_work(redis_client: redis.Redis) -> None:
+    """A long-lived thread (a test runner's) whose hold ran out: the next
+    acquire asks Redis, takes the name afresh, and reports the old hold lost."""
+    leaked = Lock("lapsed", timeout=5, auto_renew=False)
+    leaked.acquire()
+    redis_client.delete("redislock:{lapsed}:lock")  # the lease ran out
+    with capture(lock_signals.lock_lost) as lost, Lock("lapsed") as later:
+        assert later.owned()
+        state = parse_lock_value(redis_client.get("redislock:{lapsed}:lock"))
+        assert state is not None and state.count == 1
+    assert [call["name"] for call in lost] == ["lapsed"]
+    assert not later.locked()
+    with pytest.raises(LockLostError):
+        leaked.release()  # its holder is told, and nothing of the later hold is touched
+    with Lock("lapsed", blocking_timeout=0):  # nothing left over in the thread
+        pass
+
+
+def test_a_dropped_hold_stops_renewal_and_is_forgotten(redis_client: redis.Redis) -> None:
+    import gc
+
+    from django_redislock.watchdog import watchdog
+
+    lock = Lock("dropped", timeout=0.5)
+    lock.acquire()
+    assert watchdog.watching() == 1
+    del lock
+    gc.collect()
+    assert watchdog.watching() == 0  # renewal stopped: the lease runs out
+    assert redis_client.pttl("redislock:{dropped}:lock") > 0
+    with pytest.raises(LockNotOwnedError):
+        Lock("dropped").release()  # no handle, no hold: the thread forgot it
 
 
 def test_watchdog_keeps_lease_alive_past_timeout() -> None:
@@ -207,15 +270,15 @@ def test_waiter_after_holder_lease_expires_without_release(redis_client: redis.R
     assert time.monotonic() - start < 5
 
 
-def test_contended_signal_when_giving_up() -> None:
+def test_contended_signal_when_giving_up(other_thread: OtherThread) -> None:
     holder = Lock("contended")
-    holder.acquire()
+    other_thread(holder.acquire)
     with capture(lock_signals.lock_contended) as calls:
         assert not Lock("contended", blocking_timeout=0.1).acquire()
     assert len(calls) == 1
     assert calls[0]["kind"] == "lock"
     assert calls[0]["waited"] >= 0.09
-    holder.release()
+    other_thread(holder.release)
 
 
 def test_acquired_and_released_signals() -> None:
@@ -230,12 +293,14 @@ def test_acquired_and_released_signals() -> None:
     assert released[0]["held"] >= 0
 
 
-def test_giving_up_leaves_no_queue_behind(redis_client: redis.Redis) -> None:
+def test_giving_up_leaves_no_queue_behind(
+    redis_client: redis.Redis, other_thread: OtherThread
+) -> None:
     holder = Lock("q")
-    holder.acquire()
+    other_thread(holder.acquire)
     assert not Lock("q", blocking_timeout=0.05).acquire()
     assert redis_client.zcard("redislock:{q}:queue") == 0
-    holder.release()
+    other_thread(holder.release)
     assert Lock("q").acquire(blocking=False)
 
 
@@ -268,6 +333,7 @@ def test_unreachable_redis_raises_backend_error() -> None:
     ],
 )
 def test_bad_arguments(kwargs: dict[str, object], error: type[Exception]) -> None:
+    kwargs = dict(kwargs)  # the parameter is shared by every run of the test
     name = kwargs.pop("name")
     with pytest.raises(error) as info:
         Lock(name, **kwargs)  # type: ignore[arg-type]
@@ -296,3 +362,16 @@ def test_script_reloaded_after_script_flush(redis_client: redis.Redis) -> None:
     redis_client.script_flush()
     with Lock("noscript"):
         pass
+
+
+def test_the_decoded_mode_hands_out_decoded_connections(responses: str) -> None:
+    """The rig's own check: the decoded run really runs on decoded connections."""
+    from django_redislock import backend
+
+    client = backend.get_client("default")
+    assert client.get_encoder().decode_responses is (responses == "decoded")
+    with Lock("mode") as lock:
+        assert lock.owned()
+        assert isinstance(
+            client.get("redislock:{mode}:lock"), str if responses == "decoded" else bytes
+        )

@@ -8,9 +8,10 @@ import pytest
 import redis
 from django.db import transaction
 
-from django_redislock import InsufficientStock, Lock, LockTimeout
+from django_redislock import InsufficientStock, Lock, LockTimeout, transactions
 from django_redislock import models as inventory
 from django_redislock.watchdog import watchdog
+from tests.holders import OtherThread
 from tests.inventory_workers import buy_carts, buy_loop, buy_via_view
 from tests.models import Gadget, Item, Order
 from tests.procs import processes
@@ -99,24 +100,24 @@ def test_restock() -> None:
     assert stock(item) == 7
 
 
-def test_custom_stock_field_and_lock_options() -> None:
+def test_custom_stock_field_and_lock_options(other_thread: OtherThread) -> None:
     gadget = Gadget.objects.create(on_hand=3)
     assert "stock" not in {f.name for f in Gadget._meta.get_fields()}
     assert gadget.deduct(2) == 1
     assert gadget.on_hand == 1
     holder = Lock(Gadget.inventory_lock_name(gadget.pk), timeout=20)
-    holder.acquire()
+    other_thread(holder.acquire)
     try:
         with pytest.raises(LockTimeout):  # blocking_timeout 0.2 from the options
             gadget.deduct()
     finally:
-        holder.release()
+        other_thread(holder.release)
     assert Gadget.objects.get(pk=gadget.pk).on_hand == 1
 
 
 def test_the_write_is_guarded_even_without_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lost lock (here: none at all) still cannot oversell."""
-    monkeypatch.setattr(inventory, "_hold_until_transaction_end", lambda *args: None)
+    monkeypatch.setattr(transactions, "hold_until_transaction_end", lambda *args: None)
     item = Item.objects.create(stock=1)
     stale = Item.objects.get(pk=item.pk)
     item.deduct()
@@ -219,15 +220,15 @@ def test_deduct_many_all_or_nothing() -> None:
     assert a.stock == 3
 
 
-def test_deduct_many_takes_all_locks_together() -> None:
+def test_deduct_many_takes_all_locks_together(other_thread: OtherThread) -> None:
     a, b = Item.objects.create(stock=5), Item.objects.create(stock=5)
     holder = Lock(Item.inventory_lock_name(b.pk), timeout=20)
-    holder.acquire()
+    other_thread(holder.acquire)
     try:
         with pytest.raises(LockTimeout):
             _deduct_many_quick({a: 1, b: 1})
     finally:
-        holder.release()
+        other_thread(holder.release)
     assert not lock_of(a).locked(), "the free part of the cart was left locked"
     assert (stock(a), stock(b)) == (5, 5)
 

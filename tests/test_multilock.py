@@ -6,6 +6,7 @@ import pytest
 import redis
 
 from django_redislock import Lock, LockBackendError, LockNotOwnedError, LockTimeout, MultiLock
+from tests.holders import OtherThread
 from tests.procs import processes
 
 
@@ -48,9 +49,9 @@ def test_acquire_takes_all_and_release_frees_all() -> None:
     assert multi.fencing_tokens == {}
 
 
-def test_all_or_nothing_when_one_part_is_taken() -> None:
+def test_all_or_nothing_when_one_part_is_taken(other_thread: OtherThread) -> None:
     other = Lock("b", timeout=20)
-    other.acquire()
+    other_thread(other.acquire)
     multi = MultiLock(["a", "b", "c"], blocking_timeout=0.1)
     assert multi.acquire() is False
     assert not Lock("a").locked(), "a part taken before the refusal was left held"
@@ -60,7 +61,7 @@ def test_all_or_nothing_when_one_part_is_taken() -> None:
         pass
     assert info.value.name == "b"
     assert info.value.retry_after is not None and 0 < info.value.retry_after <= 20
-    other.release()
+    other_thread(other.release)
     assert multi.acquire(blocking=False)
     multi.release()
 
@@ -137,15 +138,15 @@ def test_opposite_orders_in_two_processes_never_deadlock(
     assert int(redis_client.get("count") or 0) == 1000
 
 
-def test_per_call_options_and_waiting_without_a_deadline() -> None:
+def test_per_call_options_and_waiting_without_a_deadline(other_thread: OtherThread) -> None:
     from django.test import override_settings
 
     other = Lock("b", timeout=20)
-    other.acquire()
+    other_thread(other.acquire)
     multi = MultiLock(["a", "b"])
     assert multi.acquire(blocking=False) is False
     assert multi.acquire(blocking_timeout=0.05) is False
-    other.release()
+    other_thread(other.release)
     with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": None}):
         assert multi.acquire()  # waits for ever if need be: no deadline
     multi.extend(60)

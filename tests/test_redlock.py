@@ -319,3 +319,47 @@ def test_a_stalled_minority_costs_a_short_reply_timeout_not_the_lease(
         lock.release()
     finally:
         stalled.send_signal(signal.SIGCONT)
+
+
+def test_decoded_connections_work_too(redlock_servers: RedlockServers) -> None:
+    """django-redis shares a pool per URL, so an alias can inherit ``decode_responses``."""
+    from django.conf import settings
+
+    decoded = {
+        alias: redis_cache(
+            f"{server.url}?client_name=decoded", CONNECTION_POOL_KWARGS={"decode_responses": True}
+        )
+        for alias, server in zip(REDLOCK_ALIASES, redlock_servers.servers, strict=True)
+    }
+    with override_settings(CACHES={**settings.CACHES, **decoded}):
+        lock = Redlock("decoded", timeout=5)
+        with lock:
+            assert lock.owned()  # used to raise TypeError splitting a str on b":"
+            assert lock.locked()
+            ttl = lock.ttl()
+            assert ttl is not None and 0 < ttl <= 5
+            lock.extend(10)
+            assert lock.fencing_token is not None
+        assert not lock.locked()
+        assert not lock.owned()
+
+
+def test_extend_is_the_lease_the_watchdog_renews(redlock_servers: RedlockServers) -> None:
+    lock = Redlock("ext", timeout=3)
+    with pytest.raises(ValueError, match="seconds"):
+        lock.extend(0.0005)
+    with lock:
+        with pytest.raises(ValueError, match="seconds"):
+            lock.extend(0.0005)
+        lock.extend(0.6)
+        time.sleep(1.5)  # past the first renewal of the original lease (1 s)
+        assert lock.owned()
+        seen: list[bool] = []
+        other = threading.Thread(target=lambda: seen.append(Redlock("ext").acquire(blocking=False)))
+        other.start()
+        other.join(30)
+        assert seen == [False]
+        lock.extend(60)
+        time.sleep(0.5)
+        ttl = lock.ttl()
+        assert ttl is not None and ttl > 50

@@ -13,6 +13,7 @@ import redis
 from django_redislock import AsyncLock, Lock, async_locks, locks
 from django_redislock import signals as lock_signals
 from django_redislock.watchdog import watchdog
+from tests.holders import OtherThread
 
 
 def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,12 +156,12 @@ def test_require_lock_inside_a_transaction_holds_until_commit() -> None:
 
 
 def test_an_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
-    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, other_thread: OtherThread
 ) -> None:
     """The attempt ran (and queued the waiter) but its reply never arrived: the
     waiter did not know it was queued, and must leave the queue all the same."""
     holder = Lock("queued-unawares")
-    holder.acquire()
+    other_thread(holder.acquire)
     real = locks.LOCK_ACQUIRE
 
     def queued_then_interrupted(*args: Any) -> Any:
@@ -172,7 +173,7 @@ def test_an_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
         Lock("queued-unawares", blocking_timeout=10).acquire()
     monkeypatch.undo()
     assert redis_client.zcard("redislock:{queued-unawares}:queue") == 0
-    holder.release()
+    other_thread(holder.release)
     assert not Lock("queued-unawares").locked()  # nobody was handed it
 
 

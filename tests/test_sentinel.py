@@ -13,12 +13,15 @@ from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError
 from django_redislock import backend as lock_backend
 from django_redislock import signals as lock_signals
 from tests.cluster import SentinelGroup, wait_until
+from tests.holders import OtherThread
 from tests.signals_helper import capture
 
 pytestmark = pytest.mark.scaleout
 
 
-def test_locks_survive_or_report_a_failover(sentinel_group: SentinelGroup) -> None:
+def test_locks_survive_or_report_a_failover(
+    sentinel_group: SentinelGroup, other_thread: OtherThread
+) -> None:
     """Kill the primary: replicated locks stay exclusive, a lost one is reported.
 
     ``survivor`` is replicated before the crash (``WAIT``); ``casualty`` is
@@ -64,14 +67,14 @@ def test_locks_survive_or_report_a_failover(sentinel_group: SentinelGroup) -> No
         with Lock("fresh", blocking_timeout=10) as fresh:
             assert fresh.owned()
         # The replicated lock is still exclusive, and its holder still holds it.
-        assert Lock("survivor").acquire(blocking=False) is False
+        assert other_thread(Lock("survivor").acquire, blocking=False) is False
         wait_until(
             lambda: _answers(survivor.owned), "the survivor's connection to reach the new primary"
         )
         # The lost lock is free for others, with a larger fencing token...
         other = Lock("casualty", blocking_timeout=10)
-        assert other.acquire()
-        new_fence = other.fencing_token
+        assert other_thread(other.acquire)
+        new_fence = other_thread(lambda: other.fencing_token)
         assert new_fence is not None
         assert new_fence > old_fence
         # ...and its old holder is told, never left believing it holds it.
@@ -79,7 +82,7 @@ def test_locks_survive_or_report_a_failover(sentinel_group: SentinelGroup) -> No
         assert not casualty.owned()
         with pytest.raises(LockLostError):
             casualty.release()
-        other.release()
+        other_thread(other.release)
         survivor.release()
         assert [c["name"] for c in lost] == ["casualty"]
 
@@ -95,7 +98,7 @@ def _answers(check: Callable[[], bool]) -> bool:
 async def _async_round() -> tuple[int | None, bool]:
     lock = AsyncLock("async")
     async with lock:
-        busy = await AsyncLock("async").acquire(blocking=False)
+        busy = await asyncio.create_task(AsyncLock("async").acquire(blocking=False))
         return lock.fencing_token, busy
 
 

@@ -9,6 +9,7 @@ import redis
 
 from django_redislock import Lock, LockLostError
 from django_redislock import signals as lock_signals
+from tests.holders import OtherThread
 from tests.signals_helper import capture
 
 
@@ -52,11 +53,13 @@ def test_acquired_reports_the_wait() -> None:
     assert ours[-1]["waited"] >= 0.2
 
 
-def test_contended_when_a_waiter_gives_up() -> None:
-    with Lock("busy"):
-        with capture(lock_signals.lock_contended) as contended:
-            assert not Lock("busy", blocking_timeout=0.1).acquire()
-            assert not Lock("busy").acquire(blocking=False)
+def test_contended_when_a_waiter_gives_up(other_thread: OtherThread) -> None:
+    holder = Lock("busy")
+    other_thread(holder.acquire)
+    with capture(lock_signals.lock_contended) as contended:
+        assert not Lock("busy", blocking_timeout=0.1).acquire()
+        assert not Lock("busy").acquire(blocking=False)
+    other_thread(holder.release)
     assert [(c["name"], c["kind"]) for c in contended] == [("busy", "lock")] * 2
     assert contended[0]["waited"] >= 0.09
     assert contended[1]["waited"] < 1
@@ -100,11 +103,13 @@ def test_lost_found_by_nested_acquire_or_extend(redis_client: redis.Redis, actio
         with pytest.raises(LockLostError):
             with lock:
                 redis_client.delete("redislock:{found}:lock")
-                with pytest.raises(LockLostError, match="was lost"):
-                    if action == "extend":
+                if action == "extend":
+                    with pytest.raises(LockLostError, match="was lost"):
                         lock.extend()
-                    else:
-                        lock.acquire()
+                else:  # asks Redis, reports the old hold lost, and takes it afresh
+                    assert lock.acquire(blocking=False)
+                    assert lock.owned()
+                    lock.release()
     assert len(lost) == 1  # told once, though the release finds it lost again
     word = "extended" if action == "extend" else "acquired it again"
     assert word in lost[0]["reason"]

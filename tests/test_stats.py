@@ -13,6 +13,7 @@ from django.test import override_settings
 
 from django_redislock import Lock, LockLostError
 from django_redislock.inspection import stats
+from tests.holders import OtherThread
 
 STATS_KEY = "redislock:{%s}:stats"
 
@@ -32,10 +33,10 @@ def test_acquisitions_are_counted_in_the_acquire_script(redis_client: redis.Redi
     assert 3_600_000 - 60_000 < ttl <= 3_600_000  # STATS = True: an hour
 
 
-def test_contention_and_wait_time(redis_client: redis.Redis) -> None:
+def test_contention_and_wait_time(redis_client: redis.Redis, other_thread: OtherThread) -> None:
     holder = Lock("hot", auto_renew=False)
     holder.acquire()
-    assert not Lock("hot").acquire(blocking=False)
+    assert not other_thread(Lock("hot").acquire, blocking=False)
     queued = threading.Event()
     done = threading.Event()
 
@@ -74,11 +75,11 @@ def test_lost_leases_are_counted(redis_client: redis.Redis) -> None:
     assert counters(redis_client, "gone") == {"acquired": 1, "lost": 1}
 
 
-def test_counting_off_writes_nothing(redis_client: redis.Redis) -> None:
+def test_counting_off_writes_nothing(redis_client: redis.Redis, other_thread: OtherThread) -> None:
     with override_settings(REDISLOCK={"STATS": False}):
         holder = Lock("quiet", auto_renew=False)
         holder.acquire()
-        assert not Lock("quiet").acquire(blocking=False)
+        assert not other_thread(Lock("quiet").acquire, blocking=False)
         redis_client.delete("redislock:{quiet}:lock")
         with pytest.raises(LockLostError):
             holder.release()

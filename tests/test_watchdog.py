@@ -1,16 +1,28 @@
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from django.test import override_settings
 
-from django_redislock import Lock, LockError, LockLostError
+from django_redislock import (
+    AsyncLock,
+    AsyncSemaphore,
+    Lock,
+    LockError,
+    LockLostError,
+    MultiLock,
+    ReadWriteLock,
+    Semaphore,
+)
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
 from django_redislock.watchdog import watchdog
+from tests.holders import OtherThread
 from tests.servers import RedisServer
 from tests.settings import redis_cache
 from tests.signals_helper import capture
@@ -123,3 +135,107 @@ def test_lock_lost_from_the_watchdog_then_lock_lost_error_on_exit(redis_client: 
                 assert lost.wait(5)
     finally:
         lock_signals.lock_lost.disconnect(on_lost)
+
+
+# extend(): the new lease is the one the watchdog renews, on every primitive
+
+
+def _factories() -> dict[str, tuple[Callable[..., Any], Callable[..., Any]]]:
+    """Per primitive: a holder's handle, and a handle another holder contends with."""
+    return {
+        "lock": (lambda **kw: Lock("ext", **kw), lambda: Lock("ext")),
+        "semaphore": (lambda **kw: Semaphore("ext", 1, **kw), lambda: Semaphore("ext", 1)),
+        "read": (
+            lambda **kw: ReadWriteLock("ext", **kw).read(),
+            lambda: ReadWriteLock("ext").write(),
+        ),
+        "write": (
+            lambda **kw: ReadWriteLock("ext", **kw).write(),
+            lambda: ReadWriteLock("ext").read(),
+        ),
+        "multilock": (
+            lambda **kw: MultiLock(["ext", "ext:2"], **kw),
+            lambda: MultiLock(["ext:2", "ext"]),
+        ),
+    }
+
+
+KINDS = list(_factories())
+
+
+def lease_left(primitive: Any) -> float:
+    if isinstance(primitive, MultiLock):
+        left = [lock.ttl() for lock in primitive.locks]
+    elif isinstance(primitive, Lock):
+        left = [primitive.ttl()]
+    else:
+        left = [info.ttl for info in primitive.holders()]
+    assert left and all(t is not None for t in left), f"{primitive!r} is not held"
+    return min(t for t in left if t is not None)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_shorter_extend_is_the_lease_the_watchdog_renews(
+    kind: str, other_thread: OtherThread
+) -> None:
+    make, rival = _factories()[kind]
+    primitive = make(timeout=3)
+    with primitive:
+        primitive.extend(0.6)
+        deadline = time.monotonic() + 1.5  # past the old schedule's first renewal (1 s)
+        while time.monotonic() < deadline:
+            assert primitive.owned()
+            assert lease_left(primitive) <= 0.6
+            time.sleep(0.05)
+        assert other_thread(rival().acquire, blocking=False) is False
+        assert primitive.owned()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_longer_extend_is_not_cut_back_by_renewals(kind: str) -> None:
+    make, _ = _factories()[kind]
+    primitive = make(timeout=0.3)
+    with primitive:
+        primitive.extend(60)
+        time.sleep(1.0)  # ten renewal periods of the original lease
+        assert lease_left(primitive) > 50
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_extend_below_a_millisecond_is_a_value_error(kind: str) -> None:
+    make, _ = _factories()[kind]
+    primitive = make(timeout=5, auto_renew=False)
+    with pytest.raises(ValueError, match="seconds"):
+        primitive.extend(0.0005)  # checked before anything else, held or not
+    with primitive:
+        for bad in (0.0005, 0, -1.0):
+            with pytest.raises(ValueError, match="seconds"):
+                primitive.extend(bad)
+        assert primitive.owned()
+        assert lease_left(primitive) > 4
+
+
+def test_async_primitives_follow_extend_too(other_thread: OtherThread) -> None:
+    async def main() -> None:
+        for make, rival in (
+            (lambda: AsyncLock("aext", timeout=3), lambda: Lock("aext")),
+            (lambda: AsyncSemaphore("aext", 1, timeout=3), lambda: Semaphore("aext", 1)),
+        ):
+            primitive = make()
+            async with primitive:
+                with pytest.raises(ValueError, match="seconds"):
+                    await primitive.extend(0.0005)
+                await primitive.extend(0.6)
+                await asyncio.sleep(1.5)
+                assert await primitive.owned()
+                assert other_thread(rival().acquire, blocking=False) is False
+
+    asyncio.run(main())
+
+
+def test_a_nested_acquire_keeps_the_extended_lease(redis_client: Any) -> None:
+    with Lock("nest-ext", timeout=30) as lock:
+        lock.extend(120)
+        with Lock("nest-ext", timeout=5):  # re-enters; never shortens the lease
+            ttl = lock.ttl()
+            assert ttl is not None and ttl > 100

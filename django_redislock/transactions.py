@@ -1,0 +1,154 @@
+"""Locks held until the database transaction that needs them has ended.
+
+``@require_lock`` and ``InventoryMixin`` hand their hold to the open
+transaction: the writes made under the lock commit only when the outermost
+``atomic()`` block ends, and releasing before that would let the next holder
+read rows that are not committed yet. The hold still belongs to the thread
+that made it (``holders.py``), so the same thread taking the name again
+nests instead of waiting on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+
+from .exceptions import LockError, LockTimeout
+from .locks import Lock
+from .multilock import MultiLock
+
+logger = logging.getLogger(__name__)
+
+_HOLDS_ATTRIBUTE = "_django_redislock_transaction_locks"
+
+
+class TransactionLocks:
+    """Locks one database connection holds until its current transaction ends.
+
+    Django has ``on_commit`` but no rollback hook, and an ``on_commit``
+    callback registered inside a savepoint is dropped when that savepoint
+    rolls back, although the lock must still be held until the outer
+    transaction ends. So this wraps the connection's own ``commit``,
+    ``rollback`` and ``close`` (the calls ``atomic`` makes when the outermost
+    block ends, whichever way) and releases after them, once no atomic block
+    is left. Installed once per connection object; with nothing held the
+    wrappers only pass through.
+    """
+
+    def __init__(self, connection: BaseDatabaseWrapper) -> None:
+        self.connection = connection
+        #: One entry per hold handed over, released in reverse order.
+        self.locks: list[Lock] = []
+        for method in ("commit", "rollback"):
+            setattr(connection, method, self._after(getattr(connection, method), final=False))
+        connection.close = self._after(connection.close, final=True)  # type: ignore[method-assign]
+
+    @classmethod
+    def of(cls, connection: BaseDatabaseWrapper) -> TransactionLocks:
+        holds: TransactionLocks | None = connection.__dict__.get(_HOLDS_ATTRIBUTE)
+        if holds is None:
+            holds = cls(connection)
+            setattr(connection, _HOLDS_ATTRIBUTE, holds)
+        return holds
+
+    def _after(self, method: Callable[..., Any], *, final: bool) -> Callable[..., Any]:
+        @functools.wraps(method)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            finally:
+                if self.locks and (final or not self.connection.in_atomic_block):
+                    self.release_all()
+
+        return wrapper
+
+    def names(self) -> set[str]:
+        return {lock.name for lock in self.locks}
+
+    def release_all(self) -> None:
+        """The transaction is over: release everything, never raising into the
+        commit or rollback that just happened (a lost lease has already been
+        reported through ``lock_lost``; the guarded UPDATE kept the stock right)."""
+        locks, self.locks = self.locks, []
+        for lock in reversed(locks):
+            try:
+                lock.release()
+            except LockError as exc:
+                logger.warning("Releasing %r after the transaction ended: %s", lock.name, exc)
+
+    def hold(self, locks: Iterable[Lock]) -> None:
+        self.locks.extend(locks)
+
+
+def hand_over(lock: Lock) -> bool:
+    """Hand one level of the current thread's hold through ``lock`` to the open
+    transaction (of the first connection in an atomic block), which releases it
+    after its commit or rollback. ``False``, to release now, when no
+    transaction is open or it already holds the name until its end."""
+    if lock._holding() is None:
+        return False
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block:
+            holds = TransactionLocks.of(connection)
+            if lock.name in holds.names():
+                return False
+            holds.hold([lock])
+            return True
+    return False
+
+
+def hold_until_transaction_end(names: list[str], using: str, options: Mapping[str, Any]) -> None:
+    """Take the locks ``names`` for the current transaction of ``using``.
+
+    Must be called inside ``atomic(using=using)``. Names this transaction
+    already holds are not taken again (no extra round trip); a name the thread
+    holds otherwise is re-entered, never waited on.
+    """
+    holds = TransactionLocks.of(transaction.get_connection(using))
+    wanted = sorted(set(names) - holds.names())
+    if not wanted:
+        return
+    if len(wanted) == 1:
+        lock = Lock(wanted[0], **options)
+        retry = lock._acquire(None, None)
+        if retry is not None:
+            raise lock._timeout_error(retry)
+        holds.hold([lock])
+        return
+    multi = MultiLock(wanted, **options)
+    refused = multi._acquire(None, None)
+    if refused is not None:
+        name, retry_after = refused
+        raise LockTimeout(
+            f"Could not acquire lock {name!r} of {multi!r} in time.",
+            name=name,
+            retry_after=retry_after,
+        )
+    holds.hold(multi.locks)
+
+
+def release_transaction_holds(using: str | None = None) -> int:
+    """Release now what the open transactions hand-over holds, as their end would.
+
+    For tests: inside ``TestCase`` (or pytest-django's ``django_db``) the
+    test's transaction never commits, so holds handed to it last until the
+    test ends. Call this where the test wants the state after the commit, as
+    ``captureOnCommitCallbacks(execute=True)`` does for ``on_commit``.
+    ``using``: one database alias (default: every connection). Returns how
+    many holds were released.
+    """
+    aliases = (
+        [using] if using is not None else [c.alias for c in connections.all(initialized_only=True)]
+    )
+    released = 0
+    for alias in aliases:
+        holds: TransactionLocks | None = connections[alias].__dict__.get(_HOLDS_ATTRIBUTE)
+        if holds is not None:
+            released += len(holds.locks)
+            holds.release_all()
+    return released

@@ -1,0 +1,204 @@
+"""The holder is the thread (or task), not the ``Lock`` object (``holders.py``).
+
+The first three tests are the cases where correct code used to wait on its
+own hold until ``blocking_timeout``, once a hold had been handed to an open
+transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.db import transaction
+from django.test import Client, override_settings
+
+from django_redislock import Lock, LockNotOwnedError, Semaphore, require_lock
+from tests.holders import OtherThread
+from tests.models import Item
+
+
+@pytest.fixture
+def _views() -> Iterator[None]:
+    with override_settings(ROOT_URLCONF="tests.lock_views"):
+        yield
+
+
+def refused_elsewhere(other_thread: OtherThread, name: str) -> bool:
+    """Whether another holder (another thread) is refused ``name`` right now."""
+
+    def probe() -> bool:
+        lock = Lock(name)
+        if lock.acquire(blocking=False):
+            lock.release()
+            return False
+        return True
+
+    return other_thread(probe)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decorated_function_called_twice_in_one_transaction(other_thread: OtherThread) -> None:
+    runs: list[str] = []
+
+    @require_lock("job:<job_id>", blocking_timeout=0.2)
+    def run(job_id: int) -> None:
+        runs.append(f"job:{job_id}")
+
+    with transaction.atomic():
+        run(7)
+        run(7)  # used to wait on the first call's hold, then raise LockTimeout
+        assert runs == ["job:7", "job:7"]
+        assert refused_elsewhere(other_thread, "job:7")  # held until the commit
+    assert not refused_elsewhere(other_thread, "job:7")
+    assert not Lock("job:7").locked()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("_views")
+def test_two_requests_to_a_decorated_view_in_one_test(other_thread: OtherThread) -> None:
+    client = Client()
+    assert client.get("/buy/42/").status_code == 200
+    assert client.get("/buy/42/").status_code == 200  # used to answer 423
+    # held by the test's transaction (pytest-django's django_db) until it ends
+    assert refused_elsewhere(other_thread, "sku:42")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_deduct_inside_the_callers_own_hold_of_the_item(other_thread: OtherThread) -> None:
+    item = Item.objects.create(stock=3)
+    name = Item.inventory_lock_name(item.pk)
+    started = time.monotonic()
+    with transaction.atomic():
+        with Lock(name, blocking_timeout=5):
+            assert item.deduct(1) == 2  # used to wait on the caller's own lock
+        assert time.monotonic() - started < 2
+        assert refused_elsewhere(other_thread, name)  # the deduction holds it to the commit
+    assert not Lock(name).locked()
+    assert Item.objects.get(pk=item.pk).stock == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ending", ["commit", "rollback"])
+def test_nested_holds_end_with_the_outer_transaction(ending: str) -> None:
+    @require_lock("job:<job_id>", blocking_timeout=0.2)
+    def run(job_id: int) -> None:
+        pass
+
+    class Rollback(Exception):
+        pass
+
+    with pytest.raises(Rollback) if ending == "rollback" else _nothing():
+        with transaction.atomic():
+            run(1)
+            with transaction.atomic():  # a savepoint
+                run(1)
+            assert Lock("job:1").locked()
+            if ending == "rollback":
+                raise Rollback
+    assert not Lock("job:1").locked()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_holds_end_when_the_connection_closes() -> None:
+    from django.db import connection
+
+    @require_lock("job:<job_id>")
+    def run(job_id: int) -> None:
+        pass
+
+    transaction.set_autocommit(False)
+    try:
+        with transaction.atomic():
+            run(3)
+            run(3)
+            connection.close()  # e.g. the worker's connection dropped mid-transaction
+    except Exception:  # closing inside atomic makes its exit fail; the holds are what count
+        pass
+    finally:
+        connection.connect()
+    assert not Lock("job:3").locked()
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+
+def test_another_thread_releasing_gets_not_owned(other_thread: OtherThread) -> None:
+    lock = Lock("mine")
+    with lock:
+        with pytest.raises(LockNotOwnedError):
+            other_thread(Lock("mine").release)
+        with pytest.raises(LockNotOwnedError):
+            other_thread(lock.release)  # the same object: still not that thread's hold
+        assert lock.owned()
+
+
+def test_threads_of_one_process_still_exclude_each_other(other_thread: OtherThread) -> None:
+    with Lock("shared"):
+        assert other_thread(Lock("shared").acquire, blocking=False) is False
+
+
+def test_a_semaphore_counts_permits_per_acquire() -> None:
+    """Documented: a permit per acquire, as ``threading.Semaphore`` does, so a
+    thread that acquires twice holds two of the ``limit`` permits."""
+    first, second = Semaphore("pool", 2), Semaphore("pool", 2)
+    assert first.acquire() and second.acquire()
+    assert not Semaphore("pool", 2).acquire(blocking=False)
+    second.release()
+    with pytest.raises(LockNotOwnedError):
+        second.release()  # a permit belongs to the handle that took it
+    first.release()
+
+
+def test_a_hold_with_a_cache_alias_of_its_own_is_another_name(
+    redis_client: redis.Redis, redis_url: str
+) -> None:
+    from tests.settings import redis_cache
+
+    other_db = redis_url.rsplit("/", 1)[0] + "/4"
+    caches = {"default": redis_cache(redis_url), "other": redis_cache(other_db)}
+    with override_settings(CACHES=caches):
+        with Lock("alias") as here, Lock("alias", using="other") as there:
+            assert here.owned() and there.owned()
+            assert here.fencing_token != there.fencing_token
+        assert not here.locked() and not there.locked()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nested_decorated_call_keeps_the_name_until_the_commit(
+    other_thread: OtherThread,
+) -> None:
+    """The caller's own ``with Lock`` ends before the commit: the decorated
+    call's writes are still uncommitted, so its level stays with the transaction."""
+
+    @require_lock("job:<job_id>")
+    def run(job_id: int) -> None:
+        pass
+
+    with transaction.atomic():
+        with Lock("job:5"):
+            run(5)
+        assert refused_elsewhere(other_thread, "job:5")
+    assert not Lock("job:5").locked()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("_views")
+def test_release_transaction_holds_is_what_the_commit_would_do(
+    other_thread: OtherThread,
+) -> None:
+    from django_redislock.transactions import release_transaction_holds
+
+    assert Client().get("/buy/42/").status_code == 200
+    assert refused_elsewhere(other_thread, "sku:42")  # the test's transaction never commits
+    assert release_transaction_holds() == 1
+    assert not Lock("sku:42").locked()
+    assert release_transaction_holds() == 0
