@@ -17,7 +17,7 @@ import contextlib
 import inspect
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -208,162 +208,10 @@ def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]
             return
 
 
-# --- the hot path: EVALSHA on a pooled connection ------------------------------
-
-
-def evalsha(
-    client: Any,
-    sha: bytes,
-    keys: Sequence[str | bytes],
-    args: Sequence[Any],
-    packed: bytes | None = None,
-) -> Any:
-    """Run a loaded script by SHA; the reply as redis-py would return it.
-
-    On a plain client (a connection pool, Sentinel's included) the command is
-    packed here (or comes ``packed`` from a ``Template``) and written straight
-    to a pooled connection. redis-py's own path spends more time around a
-    command (retry wrapper, per-command metrics, generic argument encoding)
-    than this machine spends sending it, and a lock is two commands per use.
-    The connection handling is redis-py's: its pool (fork-safe), its health
-    checks, its parser and its errors.
-    """
-    return _lean(
-        client,
-        packed or (b"EVALSHA", sha, len(keys), *keys, *args),
-        lambda: client.evalsha(sha, len(keys), *keys, *args),
-    )
-
-
-class Template:
-    """A command packed once, but for a few arguments (``None`` in ``command``).
-
-    Packing every argument anew was, on loopback, a tenth of an uncontended
-    lock cycle: most of a lock's script arguments (keys, lease, prefixes) are
-    the same on every call, and only the token and a timestamp change.
-    """
-
-    __slots__ = ("_format", "_holes")
-
-    def __init__(self, command: Sequence[Any]) -> None:
-        segments: list[bytes] = []
-        fixed: list[Any] = []
-        head = b"*%d\r\n" % len(command)
-        for item in [*command, None]:
-            if item is not None:
-                fixed.append(item)
-                continue
-            packed = _pack_items(fixed)
-            if packed is None:
-                raise TypeError(f"cannot pack {fixed!r}: use bytes, str or int")
-            segments.append((head + packed).replace(b"%", b"%%"))
-            head, fixed = b"", []
-        # One %-format for the whole command: filling it is a single
-        # operation, a fifth of the time of joining packed pieces.
-        self._format = b"$%d\r\n%b\r\n".join(segments)
-        self._holes = len(segments) - 1
-
-    def fill(self, *values: bytes) -> bytes:
-        """The command with ``values`` in its holes, in order."""
-        if len(values) != self._holes:
-            raise ValueError(f"this template has {self._holes} holes, got {len(values)} values")
-        if len(values) == 1:
-            (value,) = values
-            return self._format % (len(value), value)
-        if len(values) == 2:
-            first, second = values
-            return self._format % (len(first), first, len(second), second)
-        lengths_and_values: list[Any] = []
-        for value in values:
-            lengths_and_values += (len(value), value)
-        return self._format % tuple(lengths_and_values)
-
-
 def blpop(client: Any, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
     """``BLPOP`` of one list: ``(key, value)``, or ``None`` when ``timeout`` passed."""
-    reply = _lean(client, (b"BLPOP", key, timeout), lambda: client.blpop([key], timeout=timeout))
+    reply = client.blpop([key], timeout=timeout)
     return None if reply is None else (reply[0], reply[1])
-
-
-def _lean(client: Any, command: tuple[Any, ...] | bytes, fallback: Callable[[], Any]) -> Any:
-    """Send ``command`` on a pooled connection of ``client``; ``fallback()`` runs
-    it on redis-py's path where that is not possible.
-
-    Only a command that cannot have reached Redis is sent again, through
-    ``fallback`` and so with the client's retry policy: when no connection
-    could be had, or writing it failed. Once it was written, a lost reply
-    (a dropped connection, a timeout) is raised: the command may have run,
-    and running it twice is wrong (a second release reports the lock lost; a
-    second try-acquire is refused by the first one's grant, which nobody
-    would release). The caller's clean-up handles the uncertainty.
-    """
-    pool = _lean_pool(client)
-    if pool is None:
-        return fallback()
-    packed = command if isinstance(command, bytes) else _pack(command)
-    if packed is None:
-        return fallback()
-    try:
-        conn = _pool_connection(pool)
-    except redis.ConnectionError:
-        return fallback()
-    try:
-        conn.send_packed_command((packed,))
-    except redis.ConnectionError:  # not written (the connection is already closed)
-        pool.release(conn)
-        return fallback()
-    except BaseException:
-        conn.disconnect()
-        pool.release(conn)
-        raise
-    try:
-        reply = conn.read_response()
-    except RedisError as exc:  # an error reply (NOSCRIPT, a script error), a timeout, a drop
-        if not isinstance(exc, redis.ResponseError):  # the reply may still come: out of step
-            conn.disconnect()
-        pool.release(conn)
-        raise
-    except BaseException:  # interrupted mid-reply: the connection is out of step
-        conn.disconnect()
-        pool.release(conn)
-        raise
-    should_reconnect = getattr(conn, "should_reconnect", None)  # redis-py >= 6.4
-    if should_reconnect is not None and should_reconnect():
-        conn.disconnect()
-    pool.release(conn)
-    return reply
-
-
-def _lean_pool(client: Any) -> Any | None:
-    """The pool to take a connection from, or ``None`` to use redis-py's path."""
-    if not isinstance(client, redis.Redis) or client.connection is not None:
-        return None  # Cluster, a single-connection client, something else
-    pool = client.connection_pool
-    return pool if isinstance(pool, redis.ConnectionPool) else None
-
-
-def _pack(command: Sequence[Any]) -> bytes | None:
-    """``command`` in RESP; ``None`` for an argument redis-py should encode."""
-    items = _pack_items(command)
-    return None if items is None else b"*%d\r\n" % len(command) + items
-
-
-def _pack_items(command: Sequence[Any]) -> bytes | None:
-    parts = []
-    for item in command:
-        kind = type(item)  # exact types: bool, enums and other subclasses go to redis-py
-        if kind is bytes:
-            pass
-        elif kind is str:
-            item = item.encode()
-        elif kind is int:
-            item = b"%d" % item
-        elif kind is float:
-            item = repr(item).encode()
-        else:
-            return None
-        parts.append(b"$%d\r\n%s\r\n" % (len(item), item))
-    return b"".join(parts)
 
 
 # --- asyncio clients ---------------------------------------------------------
@@ -566,34 +414,7 @@ def _reply_limit(timeout: float | None, socket_timeout: float | None) -> float |
     return min(limits) if limits else None
 
 
-def _deprecation_wrapper_code() -> Any:
-    """The code of redis-py's ``deprecated_args`` wrapper (``None`` where there is none)."""
-    try:
-        from redis.utils import deprecated_args
-
-        return deprecated_args()(lambda: None).__code__
-    except Exception:  # an older or a different redis-py: nothing to skip
-        return None
-
-
-#: redis-py >= 5.3 wraps ``get_connection`` in a check for deprecated
-#: arguments (about 1 µs of the 6 µs that taking and returning a connection
-#: cost, health check aside); the lean path passes none, so it calls the
-#: wrapped method. Only that wrapper is skipped, never another decorator.
-_DEPRECATION_WRAPPER_CODE = _deprecation_wrapper_code()
-
-
 def _pool_connection(pool: Any) -> Any:
-    get = type(pool).get_connection
-    if (
-        _DEPRECATION_WRAPPER_CODE is not None
-        and getattr(get, "__code__", None) is _DEPRECATION_WRAPPER_CODE
-        and "get_connection" not in getattr(pool, "__dict__", ())  # not patched on the pool
-    ):
-        try:
-            return get.__wrapped__(pool)
-        except TypeError:  # a pool whose get_connection wants a command name
-            pass
     try:
         return pool.get_connection()
     except TypeError:  # redis-py < 5.3 requires a command name

@@ -25,7 +25,7 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
@@ -35,7 +35,6 @@ from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
-    from .backend import Template
     from .scripts import Script
 
 logger = logging.getLogger(__name__)
@@ -121,11 +120,6 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
-_T = TypeVar("_T")
-
-#: How many callers (modes x holder descriptions) ``Resolved.per_caller`` keeps.
-TEMPLATE_CACHE_SIZE = 16
-
 #: The process's id, asked anew each time: fork-time hooks do not run
 #: everywhere (uWSGI without ``py-call-osafterfork``).
 current_pid = os.getpid
@@ -195,7 +189,6 @@ class Holding:
         "name",
         "pid",
         "release_args",
-        "release_packed",
         "releasing",
         "renew_interval",
         "renew_script",
@@ -245,8 +238,6 @@ class Holding:
         #: What the primitive's release script takes besides the keys, when
         #: it is the same for every release of this holding.
         self.release_args: list[Any] = []
-        #: The release call packed (``Script.template``), where there is one.
-        self.release_packed: bytes | None = None
         self.active = True
         self.releasing = False
         self.lost: str | None = None
@@ -335,7 +326,6 @@ class Resolved:
         "keys",
         "lease",
         "lease_ms",
-        "memo",
         "options",
         "settings",
         "sigprefix",
@@ -357,23 +347,6 @@ class Resolved:
         self.lease = primitive._lease(settings)
         self.lease_ms = int(self.lease * 1000)
         self.auto_renew = primitive._auto_renew(settings)
-        #: Values a primitive derives from the above, kept as long as they are.
-        self.memo: dict[str, Any] = {}
-
-    def per_caller(self, table: str, caller: Hashable, build: Callable[..., _T], *args: Any) -> _T:
-        """``build(*args)``, kept in ``memo[table]`` per ``caller`` (a mode and a
-        holder description); the table is emptied when many thread names fill it."""
-        kept: dict[Hashable, _T] | None = self.memo.get(table)
-        if kept is None:
-            kept = self.memo[table] = {}
-        else:
-            value = kept.get(caller)
-            if value is not None:
-                return value
-            if len(kept) > TEMPLATE_CACHE_SIZE:
-                kept.clear()
-        value = kept[caller] = build(*args)
-        return value
 
 
 class Primitive:
@@ -410,26 +383,6 @@ class Primitive:
         return f"<{type(self).__name__} {self.name!r}>"
 
     # settings and keys, resolved at use
-
-    def _templates(
-        self,
-        resolved: Resolved,
-        acquire_script: Script,
-        args: list[Any],
-        release_script: Script,
-        release_keys: list[bytes],
-        release_rest: list[Any],
-    ) -> tuple[Template, Template]:
-        """Templates of the acquire call (holes: the token, ARGV[1], and the
-        timestamp, ARGV[8]) and of the release call (hole: its first argument,
-        then ``release_rest``). Every other argument is fixed per settings, mode
-        and holder description (ARGV[3], ARGV[6]): callers keep them with
-        ``Resolved.per_caller``. Lock and permit scripts share that argument
-        layout."""
-        return (
-            acquire_script.template(resolved.wire_keys, [None, *args[1:7], None, *args[8:]]),
-            release_script.template(release_keys, [None, *release_rest]),
-        )
 
     def _resolve_options(self) -> tuple[object, ...]:
         """The attributes ``Resolved`` depends on (users may change them)."""

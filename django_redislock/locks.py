@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import backend, scripts
+from . import backend
 from .base import (
     FENCE_MEMORY_MS,
     HANDED,
@@ -43,7 +43,7 @@ from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
-    from .base import Resolved
+    pass
 
 logger = logging.getLogger(__name__)
 
@@ -63,11 +63,8 @@ def acquire_reply(reply: int) -> tuple[int, int]:
     return REFUSED, -1 - reply
 
 
-_FENCE_MEMORY_ARG = b"%d" % FENCE_MEMORY_MS
 #: Why a hold found gone when its holder acquired the name again is lost.
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
-#: How many argument tails one lock remembers (lease x mode x waiter TTL x prefix).
-_ARG_CACHE_SIZE = 16
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,6 @@ class LockBase(Primitive):
 
     kind = "lock"
     parts = ("lock", "fence", "queue", "deadlines", "stats")
-    _arg_tails: dict[tuple[int, str, int, str], tuple[bytes, bytes, bytes, bytes]] | None = None
 
     @staticmethod
     def _release_keys(keys: Sequence[Any]) -> list[Any]:
@@ -120,28 +116,7 @@ class LockBase(Primitive):
 
     @staticmethod
     def _release_args(token: str | bytes, sigprefix: str | bytes, stats_ttl_ms: int) -> list[Any]:
-        return [token, sigprefix, _FENCE_MEMORY_ARG, stats_ttl_ms]
-
-    def _packed(
-        self,
-        resolved: Resolved,
-        args: list[Any],
-        release_keys: list[bytes],
-        release_args: list[Any],
-    ) -> tuple[bytes, bytes]:
-        """The first acquire call and the release call, packed (``_templates``)."""
-        acquire, release = resolved.per_caller(
-            "templates",
-            (args[2], args[5]),  # mode, holder description
-            self._templates,
-            resolved,
-            scripts.LOCK_ACQUIRE,
-            args,
-            scripts.LOCK_RELEASE,
-            release_keys,
-            release_args[1:],
-        )
-        return acquire.fill(args[0], args[7]), release.fill(args[0])
+        return [token, sigprefix, FENCE_MEMORY_MS, stats_ttl_ms]
 
     @staticmethod
     def _grant_ms(lease_ms: int, waiter_ttl_ms: int) -> int:
@@ -159,27 +134,18 @@ class LockBase(Primitive):
         stats_ttl_ms: int,
         grant_ms: int = 0,
     ) -> list[Any]:
-        tails = self._arg_tails
-        if tails is None or len(tails) > _ARG_CACHE_SIZE:
-            tails = self._arg_tails = {}
-        spec = (lease_ms, mode, waiter_ttl_ms, sigprefix)
-        tail = tails.get(spec)
-        if tail is None:
-            tail = tails[spec] = (
-                b"%d" % lease_ms,
-                mode.encode(),
-                b"%d" % waiter_ttl_ms,
-                sigprefix.encode(),
-            )
         return [
-            token.encode(),
-            *tail,
-            holder_description().encode(),
-            _FENCE_MEMORY_ARG,
-            b"%d" % int(time.time() * 1000),
-            b"%d" % stats_ttl_ms,
-            b"-1",  # waited_ms: first attempt; see _waited
-            b"%d" % grant_ms,
+            token,
+            lease_ms,
+            mode,
+            waiter_ttl_ms,
+            sigprefix,
+            holder_description(),
+            FENCE_MEMORY_MS,
+            int(time.time() * 1000),
+            stats_ttl_ms,
+            -1,  # waited_ms: first attempt; see _waited
+            grant_ms,
         ]
 
     @staticmethod
@@ -398,11 +364,8 @@ class Lock(LockBase, SyncPrimitive):
         args = self._acquire_args(
             token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms, grant_ms
         )
-        release_keys = resolved.memo.get("release_keys")
-        if release_keys is None:
-            release_keys = resolved.memo["release_keys"] = self._release_keys(wire_keys)
-        release_args = self._release_args(args[0], wire_sigprefix, settings.stats_ttl_ms)
-        acquire_packed, release_packed = self._packed(resolved, args, release_keys, release_args)
+        release_keys = self._release_keys(wire_keys)
+        release_args = self._release_args(token, wire_sigprefix, settings.stats_ttl_ms)
 
         def undo() -> None:
             # An interrupted attempt may have been granted the lock, or have
@@ -412,7 +375,7 @@ class Lock(LockBase, SyncPrimitive):
         # The first attempt here, the wait loop only if it was refused: most
         # acquires find the lock free, and this is the hot path.
         try:
-            status, value = acquire_reply(LOCK_ACQUIRE(client, wire_keys, args, acquire_packed))
+            status, value = acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
         except BaseException as exc:
             abandon(self.name, exc, undo)
         started = begun
@@ -450,7 +413,6 @@ class Lock(LockBase, SyncPrimitive):
             settings.stats_ttl_ms,
         )
         holding.release_args = release_args
-        holding.release_packed = release_packed
         if status == HANDED:  # a short first lease, which the watchdog renews soon
             holding.lease_deadline = started + grant_ms / 1000
         self._took(hold_key, holding)
@@ -498,9 +460,7 @@ class Lock(LockBase, SyncPrimitive):
         holding.releasing = holding.depth <= 1
         try:
             try:
-                result = LOCK_RELEASE(
-                    holding.client, holding.keys, holding.release_args, holding.release_packed
-                )
+                result = LOCK_RELEASE(holding.client, holding.keys, holding.release_args)
             except BaseException as exc:
                 self._release_failed(holding)
                 if isinstance(exc, backend.BACKEND_ERRORS):

@@ -54,7 +54,7 @@ from .scripts import (
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
-    from .backend import Template
+    pass
 
 GRANTED, LIMIT_MISMATCH = 1, -2
 
@@ -107,13 +107,8 @@ def as_text(value: bytes | str) -> str:
 
 @dataclass(slots=True)
 class _Plan:
-    """What every acquire of one mode by one holder description shares, as of
-    one ``Resolved``: built on the first such acquire, then only looked up."""
+    """What every acquire of one mode by one holder description shares."""
 
-    #: The acquire call packed but for its holes, the token and the timestamp.
-    acquire: Template
-    #: The release call packed but for its hole, the holder's member.
-    release: Template
     #: The acquire's arguments, ``None`` for the token and the timestamp.
     args: list[Any]
     #: The release's keys, and its arguments after the member.
@@ -126,7 +121,7 @@ class _Plan:
 
 @dataclass(slots=True)
 class _Attempt:
-    """One acquire: its plan and what is its own (token, timestamps, packed call)."""
+    """One acquire: its plan and what is its own (token, timestamp)."""
 
     resolved: Resolved
     plan: _Plan
@@ -135,11 +130,10 @@ class _Attempt:
     begun: float
     token: str
     since: int
-    packed: bytes
 
     @property
     def args(self) -> list[Any]:
-        """The acquire's arguments, for redis-py's path (the lean path sends ``packed``)."""
+        """The acquire's arguments."""
         args = self.plan.args.copy()
         args[0], args[7] = self.token, self.since
         return args
@@ -210,9 +204,7 @@ class PermitBase(Primitive):
         resolved = self._resolve()
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
         holder = holder_description()
-        plan = resolved.per_caller(
-            "plans", (may_wait, holder), self._plan, resolved, may_wait, holder
-        )
+        plan = self._plan(resolved, may_wait, holder)
         token = self.token_mode + new_token()
         since = int(time.time() * 1000)  # for display only, never for ordering
         begun = time.monotonic()
@@ -224,7 +216,6 @@ class PermitBase(Primitive):
             begun,
             token,
             since,
-            plan.acquire.fill(token.encode(), b"%d" % since),
         )
 
     def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
@@ -243,12 +234,7 @@ class PermitBase(Primitive):
         wire_keys = resolved.wire_keys
         release_keys = [wire_keys[0], wire_keys[2], wire_keys[3]]
         release_rest = self._release_args("", resolved.sigprefix)[1:]
-        acquire, release = self._templates(
-            resolved, self.acquire_script, args, self.release_script, release_keys, release_rest
-        )
-        return _Plan(
-            acquire, release, args, release_keys, release_rest, holder, self._member_limit()
-        )
+        return _Plan(args, release_keys, release_rest, holder, self._member_limit())
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
         """Record the outcome; ``None`` when granted, else the retry hint in ms."""
@@ -273,7 +259,6 @@ class PermitBase(Primitive):
             sigprefix=resolved.sigprefix,
         )
         holding.release_args = [member, *plan.release_rest]
-        holding.release_packed = plan.release.fill(member.encode())
         self._stack().append(holding)
         if resolved.auto_renew:
             watchdog.watch(holding)
@@ -336,11 +321,11 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
         """Acquire; ``None`` when held, else the server's retry hint in ms."""
         attempt = self._begin(blocking, blocking_timeout)
-        resolved, script, packed = attempt.resolved, self.acquire_script, attempt.packed
+        resolved, script = attempt.resolved, self.acquire_script
         client, keys, args = resolved.client, resolved.wire_keys, attempt.args
         # The first attempt here, the wait loop only if it was refused (see Lock).
         try:
-            status, value = permit_reply(script(client, keys, args, packed))
+            status, value = permit_reply(script(client, keys, args))
         except BaseException as exc:  # it may have queued us without our knowing
             abandon(
                 self.name, exc, (lambda: self._leave_queue(attempt)) if attempt.may_wait else None
@@ -348,7 +333,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         started, queued = attempt.begun, False
         if status == REFUSED:
             status, value, started, queued = wait_turn(
-                lambda: permit_reply(script(client, keys, args, packed)),
+                lambda: permit_reply(script(client, keys, args)),
                 lambda: self._leave_queue(attempt),
                 client=client,
                 signal_key=attempt.sigprefix + attempt.token,
@@ -379,7 +364,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         holding.releasing = True
         keys, args = self._release_call(holding)
         try:
-            result = self.release_script(holding.client, keys, args, holding.release_packed)
+            result = self.release_script(holding.client, keys, args)
         except BaseException as exc:
             holding.end()  # the lease frees the permit if Redis was not told
             if isinstance(exc, backend.BACKEND_ERRORS):
@@ -565,7 +550,6 @@ class SemaphoreBase(PermitBase):
         self._limit = check_limit(limit)
 
     def _resolve_options(self) -> tuple[object, ...]:
-        # The packed calls carry the limit: a new one must rebuild them.
         return (*super()._resolve_options(), self._limit)
 
     def _member_limit(self) -> int:

@@ -10,6 +10,7 @@ and stops its thread::
         proxy.blackhole()       # accept and read, never forward, never answer
         proxy.heal()            # forward again (new and open connections)
         proxy.cut()             # close every open connection now
+        proxy.drop_replies(1)   # the next answer from Redis is lost: cut, not forwarded
 
 Only loopback addresses are accepted, so a test can never aim it elsewhere.
 """
@@ -54,6 +55,7 @@ class FaultProxy:
         #: Seconds every forwarded chunk waits before it is passed on.
         self.latency = 0.0
         self._blackholed = False
+        self._drop_replies = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="faultproxy")
         self._server: asyncio.Server | None = None
@@ -102,6 +104,12 @@ class FaultProxy:
         """Forward again and drop any latency."""
         self._call(self._set(blackholed=False, latency=0.0))
 
+    def drop_replies(self, count: int = 1) -> None:
+        """Lose the next ``count`` answers from the server: each is swallowed and
+        its connection cut, after the server ran the command (a reply lost on
+        the way back)."""
+        self._call(self._set(drop_replies=count))
+
     def cut(self) -> None:
         """Close every open connection at once; new connections are still accepted."""
         self._call(self._close_all())
@@ -120,6 +128,8 @@ class FaultProxy:
             self._blackholed = state["blackholed"]
         if "latency" in state:
             self.latency = state["latency"]
+        if "drop_replies" in state:
+            self._drop_replies = state["drop_replies"]
 
     async def _listen(self) -> asyncio.Server:
         server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
@@ -136,7 +146,7 @@ class FaultProxy:
         self._writers.update((writer, up_writer))
         pipes = [
             self._spawn(self._pipe(reader, up_writer)),
-            self._spawn(self._pipe(up_reader, writer)),
+            self._spawn(self._pipe(up_reader, writer, answers=True)),
         ]
         await asyncio.wait(pipes, return_when=asyncio.FIRST_COMPLETED)
         for task in pipes:
@@ -150,12 +160,17 @@ class FaultProxy:
         task.add_done_callback(self._tasks.discard)
         return task
 
-    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _pipe(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, answers: bool = False
+    ) -> None:
         with contextlib.suppress(OSError, asyncio.IncompleteReadError):
             while True:
                 data = await reader.read(_CHUNK)
                 if not data:
                     return
+                if answers and self._drop_replies > 0:
+                    self._drop_replies -= 1
+                    return  # the caller closes both sides: the answer never arrives
                 if self.latency > 0:
                     await asyncio.sleep(self.latency)
                 if self._blackholed:

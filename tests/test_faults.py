@@ -413,3 +413,45 @@ def test_cut_connections_are_reconnected_transparently(
         else:
             assert not redis_client.exists(lock_key("cut"))
         assert Lock("cut", blocking_timeout=8).acquire()
+
+
+# --- a lost reply, sent again by redis-py's retry policy ----------------------------------
+
+
+def _retrying_cache(url: str) -> dict[str, object]:
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
+    return {"default": cache_through(url, CONNECTION_POOL_KWARGS={"retry": Retry(NoBackoff(), 2)})}
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: __import__("django_redislock").Lock("retried", timeout=30),
+        lambda: __import__("django_redislock").Semaphore("retried", 1, timeout=30),
+        lambda: __import__("django_redislock").ReadWriteLock("retried", timeout=30).write(),
+    ],
+    ids=["Lock", "Semaphore", "ReadWriteLock"],
+)
+@pytest.mark.parametrize("blocking", [False, True], ids=["try", "wait"])
+def test_an_acquire_sent_again_after_a_lost_reply_finds_itself_the_holder(
+    proxy: FaultProxy, redis_client: redis.Redis, make: Callable[[], Any], blocking: bool
+) -> None:
+    """The first attempt ran and was granted, its reply was lost, redis-py sent
+    it again: the second finds the grant its own (not a second permit, not a
+    refusal that leaves the first grant held by nobody for a whole lease)."""
+    with override_settings(CACHES=_retrying_cache(proxy.url)):
+        primitive = make()
+        with primitive:  # warm up: scripts loaded, a pooled connection open
+            pass
+        proxy.drop_replies(1)
+        assert primitive.acquire(blocking=blocking, blocking_timeout=5)
+        assert proxy.accepted >= 2  # the reply was lost, and the call sent again
+        assert primitive.owned()
+        keys = list(redis_client.scan_iter("redislock:{retried}:*"))
+        main = next(k for k in keys if k.endswith((b":lock", b":semaphore", b":rwlock")))
+        if redis_client.type(main) == b"zset":
+            assert redis_client.zcard(main) == 1  # one permit, not two
+        primitive.release()
+        assert not redis_client.exists(main)

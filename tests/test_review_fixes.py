@@ -205,8 +205,6 @@ def test_a_semaphore_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
     real = type(waiter).acquire_script
 
     class QueuedThenInterrupted:
-        template = real.template
-
         def __call__(self, *args: Any) -> Any:
             real(*args)  # refused, and queued...
             raise KeyboardInterrupt  # ...but the caller never learned

@@ -147,8 +147,8 @@ def test_a_limit_changed_after_use_is_the_one_the_next_acquire_uses() -> None:
 
 
 def test_threads_with_ever_new_names_never_trip_over_the_call_cache() -> None:
-    """Templates are cached per thread name, and the cache is cleared when it
-    grows; a thread must never find the release template gone half-way."""
+    """Holder descriptions come from thread names, which threads may change at
+    any time; building an acquire must never trip over that."""
     sem = Semaphore("renamed", 1000)
     errors: list[BaseException] = []
     names = itertools.count()

@@ -15,8 +15,6 @@ from typing import Any
 
 from redis.exceptions import NoScriptError
 
-from django_redislock.backend import Template, evalsha
-
 #: Where a script wants the preludes, when not at its top.
 PRELUDE_MARK = "-- @preludes\n"
 _PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua", "_stats.lua", "_handoff.lua")
@@ -67,26 +65,16 @@ class Script:
         self.name = filename
         self.text = body
         self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
-        # Bytes go to the wire as they are; a str is encoded on every call.
-        self._sha_arg = self.sha.encode()
 
-    def __call__(
-        self,
-        client: Any,
-        keys: Sequence[str | bytes],
-        args: list[Any],
-        packed: bytes | None = None,
-    ) -> Any:
-        """Run it; ``packed``: the same call from ``template``, ready to send."""
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run it through redis-py's public path (``Redis.evalsha``, so
+        ``execute_command``: its retries, instrumentation and a client
+        subclass's overrides all apply); a ``NOSCRIPT`` reply loads it first."""
         try:
-            return evalsha(client, self._sha_arg, keys, args, packed)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             client.script_load(self.text)
-            return evalsha(client, self._sha_arg, keys, args, packed)
-
-    def template(self, keys: Sequence[str | bytes], args: Sequence[Any]) -> Template:
-        """A call packed once, with a hole for each ``None`` in ``args``."""
-        return Template((b"EVALSHA", self._sha_arg, len(keys), *keys, *args))
+            return client.evalsha(self.sha, len(keys), *keys, *args)
 
     def ensure_loaded(self, client: Any) -> None:
         """Load the script unless the server has it; for pipelines, which cannot
@@ -98,12 +86,12 @@ class Script:
         """Add a run to ``pipe``; call ``ensure_loaded`` on the client first."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
-    async def run_async(self, client: Any, keys: Sequence[str | bytes], args: list[Any]) -> Any:
+    async def run_async(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         try:
-            return await client.evalsha(self._sha_arg, len(keys), *keys, *args)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
             await client.script_load(self.text)
-            return await client.evalsha(self._sha_arg, len(keys), *keys, *args)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
 
     def __repr__(self) -> str:
         return f"<Script {self.name} {self.sha[:8]}>"

@@ -24,6 +24,20 @@ local function member_limit(member)
   return tonumber(string.match(member, '^[^:]*:[^:]*:(%d+):'))
 end
 
+-- The fencing token of the live holder with this token, if any: an attempt
+-- sent again after its first reply was lost (redis-py's retry policy) finds
+-- the permit it was granted instead of taking a second one. O(holders), and
+-- only where the name has holders.
+local function held_by(set, token)
+  local prefix = token .. ':'
+  for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
+    if string.sub(member, 1, #prefix) == prefix then
+      return tonumber(string.match(member, '^[^:]*:(%d+):'))
+    end
+  end
+  return nil
+end
+
 -- Add a holder and stretch the key's TTL to cover its lease. fresh: the key
 -- did not exist, so it has no TTL yet.
 local function add_holder(set, member, lease_ms, now_ms, fresh)

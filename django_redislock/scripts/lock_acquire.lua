@@ -6,6 +6,8 @@
 -- ARGV[1] token          the would-be holder's unguessable hex token
 -- ARGV[2] lease_ms       lease to set
 -- ARGV[3] mode           "try": no queueing; "wait": queue on failure; "nest": reentrant re-acquire
+--                        (a "try" or "wait" attempt for a token that holds the lock already is
+--                        answered as held: sending it again after a lost reply is safe)
 -- ARGV[4] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
 -- ARGV[5] sigprefix      prefix of the per-waiter signal lists
 -- ARGV[6] holder         description of the holder (host:pid:thread) for operators
@@ -62,13 +64,12 @@ local function refused(hint)
   return -1 - math.max(hint, 0)
 end
 
--- A waiter re-checking after the lock was handed to it, before it read its
--- signal: it holds the lock already. Take the handoff, with the full lease.
--- (Counted when it was handed over.)
+-- The lock holds this very token already: a waiter re-checking after the lock
+-- was handed to it, before it read its signal, or an attempt sent again after
+-- its first reply was lost (redis-py's retry policy) that had been granted.
+-- Either way it is the caller's: take it, with the full lease. (Counted when
+-- it was granted or handed over.) This makes an acquire idempotent per token.
 local function handed_over()
-  if mode ~= 'wait' then
-    return nil
-  end
   local value = redis.call('GET', lock)
   if not (value and string.sub(value, 1, #token + 1) == token .. ':') then
     return nil

@@ -13,6 +13,8 @@
 -- ARGV[8] since_ms       the holder's wall clock, for display only
 -- Returns {1, fence} when granted (the holder's member is
 -- "<token>:<fence>:0:<since_ms>:<holder>"); {0, retry_hint_ms} when refused.
+-- An attempt for a token that holds it already is answered with that hold
+-- (sending it again after a lost reply is safe).
 --
 -- Holders are all readers or one writer; the first character of each token
 -- says which. A queued writer blocks readers that arrive after it, so a
@@ -24,6 +26,12 @@ local reading = string.sub(token, 1, 1) == 'r'
 local now_ms, now_us = server_time()
 redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
 local count = redis.call('ZCARD', set)
+if count > 0 then
+  local mine = held_by(set, token)
+  if mine then
+    return {1, mine}
+  end
+end
 local compatible = count == 0
 if reading and not compatible then
   compatible = string.sub(redis.call('ZRANGE', set, 0, 0)[1], 1, 1) == 'r'

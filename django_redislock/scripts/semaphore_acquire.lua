@@ -12,6 +12,8 @@
 -- ARGV[7] fence_ttl_ms   how long a fencing counter lives after it is (re)created
 -- ARGV[8] since_ms       the holder's wall clock, for display only (never for ordering)
 -- ARGV[9] limit          the caller's limit
+-- An attempt for a token that holds a permit already is answered with that
+-- permit (sending it again after a lost reply is safe).
 -- Returns {1, fence} when granted (the holder's member is
 -- "<token>:<fence>:<limit>:<since_ms>:<holder>"); {0, retry_hint_ms} when
 -- refused; {-2, limit_in_use} when the name is held under another limit. The
@@ -45,6 +47,10 @@ end
 redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
 local count = redis.call('ZCARD', set)
 if count > 0 then
+  local mine = held_by(set, token)
+  if mine then
+    return {1, mine}
+  end
   local in_use = member_limit(redis.call('ZRANGE', set, 0, 0)[1])
   if in_use ~= limit then
     return {-2, in_use or 0}
