@@ -1,0 +1,73 @@
+"""The Prometheus recipe of docs/metrics.md, run as written against real Redis."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+prometheus_client = pytest.importorskip("prometheus_client")
+
+from django_redislock import Lock, LockTimeout, signals  # noqa: E402
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+
+
+def _recipe() -> str:
+    blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), re.S)
+    [recipe] = [block for block in blocks if "prometheus_client" in block]
+    return str(recipe)
+
+
+@pytest.fixture
+def recipe() -> Iterator[dict[str, Any]]:
+    namespace: dict[str, Any] = {}
+    exec(compile(_recipe(), str(DOC), "exec"), namespace)
+    try:
+        yield namespace
+    finally:
+        for signal in (
+            signals.lock_acquired,
+            signals.lock_contended,
+            signals.lock_released,
+            signals.lock_lost,
+        ):
+            signal.disconnect(dispatch_uid="lock_metrics")
+        for metric in ("WAIT", "HOLD", "TIMEOUTS", "LOST"):
+            prometheus_client.REGISTRY.unregister(namespace[metric])
+
+
+def sample(name: str, **labels: str) -> float | None:
+    value = prometheus_client.REGISTRY.get_sample_value(name, labels)
+    return None if value is None else float(value)
+
+
+def test_the_recipe_counts_holds_waits_and_timeouts(recipe: dict[str, Any]) -> None:
+    with Lock("recipe:a"):
+        pass
+    assert sample("redislock_hold_seconds_count", kind="lock") == 1
+    assert sample("redislock_wait_seconds_count", kind="lock", outcome="acquired") == 1
+
+    holder = Lock("recipe:busy")
+    holder.acquire()
+    refused: list[LockTimeout] = []
+
+    def contend() -> None:
+        try:
+            with Lock("recipe:busy", blocking_timeout=0.2):
+                pass
+        except LockTimeout as exc:
+            refused.append(exc)
+
+    thread = threading.Thread(target=contend)
+    thread.start()
+    thread.join(30)
+    holder.release()
+    assert len(refused) == 1
+    assert sample("redislock_timeouts_total", kind="lock") == 1
+    waited = sample("redislock_wait_seconds_sum", kind="lock", outcome="timeout")
+    assert waited is not None and waited >= 0.15
