@@ -337,6 +337,7 @@ def test_list_options_work_without_the_subcommand() -> None:
         ("clear", "gone", "--noinput", "-v", "0"),
         ("clear", "gone", "--noinput", "--verbosity=0", "--traceback", "--no-color"),
         ("clear", "gone", "--noinput", "--skip-checks", "--force-color", "-v", "0"),
+        ("clear", "gone", "--noinput", "--using", "default", "-v", "0"),
     ],
 )
 def test_verbosity_0_prints_nothing_but_errors_before_or_after_the_subcommand(

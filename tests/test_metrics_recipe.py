@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,8 @@ import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from django_redislock import Lock, LockTimeout, signals  # noqa: E402
+from django_redislock import Lock, signals  # noqa: E402
+from tests.signals_helper import time_out_in_another_thread  # noqa: E402
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
@@ -52,22 +52,7 @@ def test_the_recipe_counts_holds_waits_and_timeouts(recipe: dict[str, Any]) -> N
     assert sample("redislock_hold_seconds_count", kind="lock") == 1
     assert sample("redislock_wait_seconds_count", kind="lock", outcome="acquired") == 1
 
-    holder = Lock("recipe:busy")
-    holder.acquire()
-    refused: list[LockTimeout] = []
-
-    def contend() -> None:
-        try:
-            with Lock("recipe:busy", blocking_timeout=0.2):
-                pass
-        except LockTimeout as exc:
-            refused.append(exc)
-
-    thread = threading.Thread(target=contend)
-    thread.start()
-    thread.join(30)
-    holder.release()
-    assert len(refused) == 1
+    time_out_in_another_thread("recipe:busy", 0.2)
     assert sample("redislock_timeouts_total", kind="lock") == 1
     waited = sample("redislock_wait_seconds_sum", kind="lock", outcome="timeout")
     assert waited is not None and waited >= 0.15

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,8 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from django_redislock import Lock, LockLostError, LockTimeout, Semaphore, otel
+from django_redislock import Lock, LockLostError, Semaphore, otel
+from tests.signals_helper import time_out_in_another_thread
 
 
 class Telemetry:
@@ -82,22 +82,7 @@ def test_a_lock_use_makes_a_wait_and_a_hold_span_and_histograms(telemetry: Telem
 
 
 def test_a_real_wait_is_timed_and_a_timeout_is_counted(telemetry: Telemetry) -> None:
-    holder = Lock("otel:busy")
-    holder.acquire()
-    gave_up: list[BaseException] = []
-
-    def contend() -> None:
-        try:
-            with Lock("otel:busy", blocking_timeout=0.3):
-                pass
-        except LockTimeout as exc:
-            gave_up.append(exc)
-
-    thread = threading.Thread(target=contend)
-    thread.start()
-    thread.join(30)
-    holder.release()
-    assert len(gave_up) == 1
+    time_out_in_another_thread("otel:busy", 0.3)
     waits = telemetry.spans("redislock.wait")
     timeouts = [s for s in waits if (s.attributes or {}).get("redislock.outcome") == "timeout"]
     assert len(timeouts) == 1
