@@ -21,10 +21,9 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
-from http import HTTPStatus
 from typing import Any, Literal, TypeVar, cast
 
-from asgiref.sync import iscoroutinefunction, markcoroutinefunction, sync_to_async
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import BadRequest, ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 
@@ -263,35 +262,17 @@ def require_lock(
     check_seconds(timeout, "timeout")
     check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
     check_alias(using)
-    handler: OnContention = _check_on_contention(on_contention)
-    backend_handler: OnBackendError = _check_on_contention(on_backend_error, "on_backend_error")
-
-    def answer_contended(request: Any, error: LockTimeout, asynchronous: bool) -> Any:
-        if request is None or handler == "raise":
-            raise error
-        if callable(handler):
-            return handler(request, error)
-        status = handler or HTTPStatus.LOCKED
-        if asynchronous:  # the estimate reads Redis: not on the event loop's thread
-            return sync_to_async(responses.locked, thread_sensitive=False)(
-                request, error, status, timeout=timeout, using=using
-            )
-        return responses.locked(request, error, status, timeout=timeout, using=using)
-
-    def unavailable(request: Any, error: LockBackendError) -> Any:
-        if request is None or backend_handler == "raise":
-            raise error
-        if callable(backend_handler):
-            responses.log_unavailable(request, error, "with on_backend_error")
-            return backend_handler(request, error)
-        status = backend_handler or HTTPStatus.SERVICE_UNAVAILABLE
-        responses.log_unavailable(request, error, str(int(status)))
-        message = "The lock service is unavailable; try again shortly."
-        return responses.error_response(request, status, message, responses.BACKEND_RETRY_AFTER)
+    answers = responses.Answers(
+        on_contention=_check_on_contention(on_contention),
+        on_backend_error=_check_on_contention(on_backend_error, "on_backend_error"),
+        timeout=timeout,
+        using=using,
+    )
 
     def decorator(func: F) -> F:
         plan = _Plan(func, parts)
-        contended = functools.partial(answer_contended, asynchronous=iscoroutinefunction(func))
+        contended = functools.partial(answers.contended, asynchronous=iscoroutinefunction(func))
+        unavailable = answers.unavailable
 
         def lock_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
             request = plan.request_of(args)

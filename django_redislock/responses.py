@@ -20,8 +20,10 @@ import importlib
 import logging
 import math
 import sys
+from http import HTTPStatus
 from typing import Any, cast
 
+from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase, JsonResponse
 
 from . import backend
@@ -33,6 +35,46 @@ logger = logging.getLogger(__name__)
 #: ``Retry-After`` (seconds) of the 503 sent while Redis is unreachable: long
 #: enough not to hammer a recovering server, short enough for a blip.
 BACKEND_RETRY_AFTER = 5
+
+
+class Answers:
+    """A view call's answers for one ``require_lock``: its ``on_contention`` and
+    ``on_backend_error`` (already checked), lease and cache alias."""
+
+    def __init__(
+        self, *, on_contention: Any, on_backend_error: Any, timeout: float | None, using: str | None
+    ) -> None:
+        self.on_contention = on_contention
+        self.on_backend_error = on_backend_error
+        self.timeout = timeout
+        self.using = using
+
+    def contended(self, request: Any, error: LockTimeout, asynchronous: bool) -> Any:
+        """The answer to a refused view call; raises ``error`` for other calls."""
+        handler = self.on_contention
+        if request is None or handler == "raise":
+            raise error
+        if callable(handler):
+            return handler(request, error)
+        status = handler or HTTPStatus.LOCKED
+        if asynchronous:  # the estimate reads Redis: not on the event loop's thread
+            return sync_to_async(locked, thread_sensitive=False)(
+                request, error, status, timeout=self.timeout, using=self.using
+            )
+        return locked(request, error, status, timeout=self.timeout, using=self.using)
+
+    def unavailable(self, request: Any, error: LockBackendError) -> Any:
+        """The answer to a view call when Redis failed; raises for other calls."""
+        handler = self.on_backend_error
+        if request is None or handler == "raise":
+            raise error
+        if callable(handler):
+            log_unavailable(request, error, "with on_backend_error")
+            return handler(request, error)
+        status = handler or HTTPStatus.SERVICE_UNAVAILABLE
+        log_unavailable(request, error, str(int(status)))
+        message = "The lock service is unavailable; try again shortly."
+        return error_response(request, status, message, BACKEND_RETRY_AFTER)
 
 
 def is_drf(request: Any, view: Any) -> bool:
