@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import functools
 import inspect
-import math
 import re
 from collections.abc import Awaitable, Callable, Mapping
-from http import HTTPStatus
 from typing import Any, Literal, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import BadRequest, ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse, HttpResponseBase
+from django.http import HttpRequest, HttpResponseBase
 
+from . import responses
 from .async_locks import AsyncLock
 from .base import check_alias, check_name, check_seconds
-from .exceptions import LockTimeout
+from .exceptions import LockBackendError, LockTimeout
 from .locks import Lock
 from .transactions import hand_over
 
@@ -40,6 +39,10 @@ ContentionHandler = Callable[
     [HttpRequest, LockTimeout], HttpResponseBase | Awaitable[HttpResponseBase]
 ]
 OnContention = int | ContentionHandler | Literal["raise"] | None
+BackendErrorHandler = Callable[
+    [HttpRequest, LockBackendError], HttpResponseBase | Awaitable[HttpResponseBase]
+]
+OnBackendError = int | BackendErrorHandler | Literal["raise"] | None
 
 _PLACEHOLDER = re.compile(r"<([^<>]*)>")
 _PATH = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*\Z")
@@ -82,15 +85,15 @@ def _parse(template: object) -> list[str | tuple[str, ...]]:
     return parts
 
 
-def _check_on_contention(value: object) -> OnContention:
+def _check_on_contention(value: object, option: str = "on_contention") -> Any:
     if value is None or value == "raise" or callable(value):
-        return cast(OnContention, value)
+        return value
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(
-            f'on_contention must be an HTTP status (int), a callable or "raise", not {value!r}.'
+            f'{option} must be an HTTP status (int), a callable or "raise", not {value!r}.'
         )
     if not 400 <= value <= 599:
-        raise ValueError(f"on_contention status must be an error status (400-599), not {value}.")
+        raise ValueError(f"{option} status must be an error status (400-599), not {value}.")
     return value
 
 
@@ -195,17 +198,13 @@ def _release_or_hold_until_commit(lock: Lock) -> None:
         lock.__exit__(None, None, None)
 
 
-def _retry_after_header(error: LockTimeout) -> str:
-    seconds = error.retry_after
-    return str(max(1, math.ceil(seconds))) if seconds else "1"
-
-
 def require_lock(
     template: str,
     *,
     timeout: float | None = None,
     blocking_timeout: float | None = None,
     on_contention: OnContention = None,
+    on_backend_error: OnBackendError = None,
     using: str | None = None,
 ) -> Callable[[F], F]:
     """Run the decorated view or function only while holding the lock ``template`` names.
@@ -216,28 +215,29 @@ def require_lock(
     another error status, a callable ``(request, LockTimeout) -> response``
     (sync or async), or ``"raise"`` to let ``LockTimeout`` propagate. Calls
     that are not view calls always raise ``LockTimeout``.
+
+    ``on_backend_error`` does the same when Redis cannot be reached or fails
+    while taking the lock (``LockBackendError``): ``None`` for ``503 Service
+    Unavailable`` with ``Retry-After``, another error status, a callable
+    ``(request, LockBackendError) -> response``, or ``"raise"``. The view does
+    not run, and the cause is logged at ERROR unless it is raised. Answers are
+    built by ``responses`` (DRF views get ``{"detail": ...}`` JSON).
     """
     parts = _parse(template)
     check_seconds(timeout, "timeout")
     check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
     check_alias(using)
-    handler = _check_on_contention(on_contention)
-
-    def contended(request: Any, error: LockTimeout) -> Any:
-        if request is None or handler == "raise":
-            raise error
-        if callable(handler):
-            return handler(request, error)
-        response = HttpResponse(
-            f"{error.name} is busy; try again shortly.\n",
-            status=handler or HTTPStatus.LOCKED,
-            content_type="text/plain; charset=utf-8",
-        )
-        response["Retry-After"] = _retry_after_header(error)
-        return response
+    answers = responses.Answers(
+        on_contention=_check_on_contention(on_contention),
+        on_backend_error=_check_on_contention(on_backend_error, "on_backend_error"),
+        timeout=timeout,
+        using=using,
+    )
 
     def decorator(func: F) -> F:
         plan = _Plan(func, parts)
+        contended = functools.partial(answers.contended, asynchronous=iscoroutinefunction(func))
+        unavailable = answers.unavailable
 
         def lock_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
             request = plan.request_of(args)
@@ -256,7 +256,11 @@ def require_lock(
                 lock = AsyncLock(
                     name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
                 )
-                retry = await lock._acquire(None, None)
+                try:
+                    retry = await lock._acquire(None, None)
+                except LockBackendError as exc:
+                    answer = unavailable(request, exc)
+                    return await answer if inspect.isawaitable(answer) else answer
                 if retry is not None:
                     answer = contended(request, lock._timeout_error(retry))
                     return await answer if inspect.isawaitable(answer) else answer
@@ -275,7 +279,10 @@ def require_lock(
             name, request = lock_name(args, kwargs)
             # the holder is the thread: a nested call for the same name re-enters
             lock = Lock(name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
-            retry = lock._acquire(None, None)
+            try:
+                retry = lock._acquire(None, None)
+            except LockBackendError as exc:
+                return unavailable(request, exc)
             if retry is not None:
                 return contended(request, lock._timeout_error(retry))
             try:

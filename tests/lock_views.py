@@ -102,3 +102,35 @@ def deduct_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 urlpatterns.append(path("deduct/<int:pk>/", deduct_view))
+
+
+@require_lock("sku:<pk>", blocking_timeout=0.05, on_backend_error=500)
+def down_500(request: HttpRequest, pk: int) -> HttpResponse:
+    raise AssertionError("the view must not run without its lock")
+
+
+def _down(request: HttpRequest, error: Any) -> HttpResponse:
+    return HttpResponse(f"down: {error.name}", status=502)
+
+
+@require_lock("sku:<pk>", blocking_timeout=0.05, on_backend_error=_down)
+def down_custom(request: HttpRequest, pk: int) -> HttpResponse:
+    raise AssertionError("the view must not run without its lock")
+
+
+@require_lock("sku:<pk>", blocking_timeout=0.05, on_backend_error="raise")
+def down_raise(request: HttpRequest, pk: int) -> HttpResponse:
+    raise AssertionError("the view must not run without its lock")
+
+
+@require_lock("sku:<pk>", timeout=8, blocking_timeout=0.05)
+def short_lease(request: HttpRequest, pk: int) -> HttpResponse:
+    return JsonResponse(_locked_state(f"sku:{pk}"))
+
+
+urlpatterns += [
+    path("down-500/<int:pk>/", down_500),
+    path("down-custom/<int:pk>/", down_custom),
+    path("down-raise/<int:pk>/", down_raise),
+    path("short-lease/<int:pk>/", short_lease),
+]

@@ -316,3 +316,110 @@ def test_other_kinds_show_up_through_the_kind_interface(
     out, _ = run("clear", "pool", "--kind", "semaphore", "--noinput")
     assert "Released semaphore pool" in out
     assert fake.cleared == ["pool"]
+
+
+# the default subcommand, Django's global options, verbosity, wide names ----------------
+
+
+def test_list_options_work_without_the_subcommand() -> None:
+    with Lock("sku:1"), Lock("cron:daily"):
+        out, _ = run("--json")
+        assert [d["name"] for d in json.loads(out)] == ["cron:daily", "sku:1"]
+        out, _ = run("--pattern", "sku:*", "--json")
+        assert [d["name"] for d in json.loads(out)] == ["sku:1"]
+        assert run("--kind", "semaphore")[0].strip() == "Nothing is held."
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("-v", "0", "clear", "gone", "--noinput"),
+        ("clear", "gone", "--noinput", "-v", "0"),
+        ("clear", "gone", "--noinput", "--verbosity=0", "--traceback", "--no-color"),
+        ("clear", "gone", "--noinput", "--skip-checks", "--force-color", "-v", "0"),
+        ("clear", "gone", "--noinput", "--using", "default", "-v", "0"),
+    ],
+)
+def test_verbosity_0_prints_nothing_but_errors_before_or_after_the_subcommand(
+    args: tuple[str, ...],
+) -> None:
+    lock = Lock("gone", auto_renew=False)
+    lock.acquire()
+    assert run(*args) == ("", "")
+    assert listed() == []
+    with pytest.raises(LockLostError):
+        lock.release()
+    assert run("clear", "nobody", "--noinput", "-v", "0") == ("", "")
+
+
+def test_verbosity_0_keeps_json_and_errors() -> None:
+    with Lock("kept"):
+        out, _ = run("list", "--json", "-v", "0")
+    assert [d["name"] for d in json.loads(out)] == ["kept"]
+    with pytest.raises(CommandError, match="exactly one"):
+        run("clear", "--noinput", "-v", "0")
+
+
+def test_inspect_rejects_list_filters() -> None:
+    with pytest.raises(CommandError, match="not inspect"):
+        run("--pattern", "x*", "inspect", "x")
+
+
+DJANGO = (sys.executable, "-m", "django")
+AFTER = ("--settings", "tests.settings", "--pythonpath", ".", "--no-color", "-v", "0")
+
+
+def test_global_options_after_the_subcommand_from_the_shell(redis_url: str) -> None:
+    lock = Lock("shell", auto_renew=False)
+    lock.acquire()
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "nowhere", "REDISLOCK_TEST_REDIS_URL": redis_url}
+    proc = subprocess.run(
+        [*DJANGO, "locks", "clear", "shell", "--noinput", *AFTER],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "", "")
+    assert not lock.owned()
+    proc = subprocess.run(
+        [*DJANGO, "locks", "--json", "--settings", "tests.settings"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (proc.returncode, json.loads(proc.stdout)) == (0, [])
+
+
+def test_table_aligns_wide_names() -> None:
+    from django_redislock.management.commands.locks import display_width
+
+    assert display_width("在庫") == 4
+    assert display_width("🔒x") == 3
+    assert display_width("e\u0301") == 1  # e + combining acute accent
+    with Lock("在庫:1"), Lock("🔒"), Lock("plain"):
+        lines = run("--no-color")[0].splitlines()[:4]
+    kind_columns = {display_width(line[: line.index(" lock ") + 1]) for line in lines[1:]}
+    assert len(kind_columns) == 1
+    assert display_width(lines[0][: lines[0].index("KIND")]) in kind_columns
+
+
+def test_clear_logs_who_released_what_from_where(caplog: pytest.LogCaptureFixture) -> None:
+    lock = Lock("audited", auto_renew=False)
+    lock.acquire()
+    with caplog.at_level("INFO", logger="django_redislock"):
+        run("clear", "audited", "--noinput", "-v", "0")
+    records = [r for r in caplog.records if r.name == "django_redislock.audit"]
+    assert len(records) == 1
+    record = records[0]
+    assert record.levelname == "INFO"
+    message = record.getMessage()
+    assert "'audited'" in message
+    assert "manage.py locks clear" in message
+    assert f"pid {os.getpid()}" in message
+    assert record.released_by  # type: ignore[attr-defined]
+    assert record.lock_holders[0].split(":")[1] == str(os.getpid())  # type: ignore[attr-defined]
+    assert record.lock_holders[0] in message  # type: ignore[attr-defined]
+    with pytest.raises(LockLostError):
+        lock.release()

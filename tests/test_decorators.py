@@ -1,15 +1,18 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 
-from django_redislock import Lock, LockTimeout, require_lock
+from django_redislock import Lock, LockBackendError, LockTimeout, require_lock
 from tests.holders import OtherThread
 
 
@@ -360,3 +363,157 @@ def test_workers_merging_one_machine_record_lose_nothing(
     record = json.loads(redis_client.get("machine-record:7") or "{}")
     merged = {source: len(values) for source, values in record.items()}
     assert merged == dict.fromkeys(sources, 50)
+
+
+# Redis down: 503 (or as configured), never a 500 traceback ----------------------------
+
+
+@pytest.fixture
+def redis_down() -> Iterator[None]:
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches):
+        yield
+
+
+@pytest.mark.parametrize("prefix", ["buy", "decorated", "async"])
+def test_redis_down_answers_503_with_retry_after_and_logs_the_cause(
+    redis_down: None, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("ERROR", logger="django_redislock"):
+        response = Client(raise_request_exception=True).get(f"/{prefix}/42/")
+    assert response.status_code == 503
+    assert response["Retry-After"] == "5"
+    assert b"unavailable" in response.content
+    assert b"Traceback" not in response.content
+    [record] = [r for r in caplog.records if r.name == "django_redislock.responses"]
+    assert record.levelname == "ERROR"
+    assert "'sku:42'" in record.getMessage()
+    assert f"/{prefix}/42/" in record.getMessage()
+    assert isinstance(record.exc_info[1], LockBackendError)  # type: ignore[index]
+    assert "ConnectionError" in str(record.exc_info[1])  # type: ignore[index]
+
+
+def test_on_backend_error_status_callable_and_raise(redis_down: None) -> None:
+    client = Client(raise_request_exception=True)
+    response = client.get("/down-500/42/")
+    assert (response.status_code, response["Retry-After"]) == (500, "5")
+    response = client.get("/down-custom/42/")
+    assert (response.status_code, response.content) == (502, b"down: sku:42")
+    with pytest.raises(LockBackendError):
+        client.get("/down-raise/42/")
+
+
+def test_plain_function_with_redis_down_raises(redis_down: None) -> None:
+    @require_lock("job:<n>", blocking_timeout=0.05)
+    def job(n: int) -> int:
+        return n
+
+    with pytest.raises(LockBackendError):
+        job(1)
+
+
+@pytest.mark.parametrize("value", [200, "503", True])
+def test_bad_on_backend_error(value: object) -> None:
+    with pytest.raises((TypeError, ValueError), match="on_backend_error"):
+        require_lock("x", on_backend_error=value)  # type: ignore[arg-type]
+
+
+# Retry-After: estimated from the name's history, capped by the lease ------------------
+
+
+def _keys(name: str) -> tuple[str, str]:
+    from django_redislock import backend
+    from django_redislock.conf import get_settings
+
+    prefix = get_settings().key_prefix
+    return backend.key(prefix, name, "stats"), backend.key(prefix, name, "queue")
+
+
+def test_retry_after_without_history_is_the_remaining_lease(held: Lock) -> None:
+    assert 15 <= int(Client().get("/buy/42/")["Retry-After"]) <= 20
+
+
+def test_retry_after_is_the_average_wait_times_the_queue(
+    held: Lock, redis_client: redis.Redis
+) -> None:
+    stats, queue = _keys("sku:42")
+    redis_client.hset(stats, mapping={"contended": 1, "wait_ms": 6000})
+    # the refused request counts itself: 6000 ms over 2 contended calls
+    assert Client().get("/buy/42/")["Retry-After"] == "3"
+    redis_client.zadd(queue, {"waiter-a": 1, "waiter-b": 2})
+    # 6000 ms over 3 calls, times the current hold and two queued waiters
+    assert Client().get("/buy/42/")["Retry-After"] == "6"
+    redis_client.delete(queue)
+
+
+def test_retry_after_is_capped_by_the_holders_lease(
+    redis_client: redis.Redis, other_thread: OtherThread
+) -> None:
+    stats, _ = _keys("sku:9")
+    redis_client.hset(stats, mapping={"contended": 1, "wait_ms": 1_000_000})
+    holder = Lock("sku:9", timeout=4)
+    other_thread(holder.acquire)
+    assert 1 <= int(Client().get("/buy/9/")["Retry-After"]) <= 4
+    other_thread(holder.release)
+
+
+def test_retry_after_follows_real_short_holds(
+    redis_client: redis.Redis, other_thread: OtherThread
+) -> None:
+    """A 0.3 s hold under a 20 s lease: the header says 1, not 20."""
+    _, queue = _keys("sku:7")
+    first = Lock("sku:7", timeout=20)
+    first.acquire()
+    waiter_done = threading.Event()
+
+    def wait() -> None:
+        with Lock("sku:7", timeout=20, blocking_timeout=10):
+            pass
+        waiter_done.set()
+
+    waited = threading.Thread(target=wait)
+    waited.start()
+    deadline = time.monotonic() + 10
+    while not redis_client.zcard(queue) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # the hold being measured
+    first.release()
+    assert waiter_done.wait(10)
+    waited.join()
+    holder = Lock("sku:7", timeout=20)
+    other_thread(holder.acquire)
+    assert Client().get("/buy/7/")["Retry-After"] == "1"
+    other_thread(holder.release)
+
+
+# DRF views: {"detail": ...} JSON ---------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["method", "dispatch", "function", "outer"])
+def test_drf_views_get_drf_json_for_423_and_503(held: Lock, prefix: str) -> None:
+    pytest.importorskip("rest_framework")
+    with override_settings(ROOT_URLCONF="tests.drf_views"):
+        response = Client().get(f"/{prefix}/42/")
+        assert response.status_code == 423
+        assert response["Content-Type"] == "application/json"
+        assert response.json() == {"detail": "sku:42 is busy; try again shortly."}
+        assert 1 <= int(response["Retry-After"]) <= 20
+        assert Client().get(f"/{prefix}/43/").json() == {"ok": True}
+        from tests.servers import free_port
+        from tests.settings import redis_cache
+
+        caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+        with override_settings(CACHES=caches):
+            response = Client().get(f"/{prefix}/42/")
+        assert response.status_code == 503
+        assert response.json() == {"detail": "The lock service is unavailable; try again shortly."}
+        assert response["Retry-After"] == "5"
+
+
+def test_plain_views_keep_plain_text_with_drf_imported(held: Lock) -> None:
+    pytest.importorskip("rest_framework.views")
+    response = Client().get("/buy/42/")
+    assert response["Content-Type"] == "text/plain; charset=utf-8"

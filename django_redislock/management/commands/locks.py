@@ -5,12 +5,14 @@ from __future__ import annotations
 import datetime
 import json
 import sys
+import unicodedata
+from argparse import SUPPRESS
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_redislock import backend, inspection
+from django_redislock import audit, backend, inspection
 from django_redislock.inspection import HeldInfo
 from django_redislock.ops import (
     OpsError,
@@ -40,33 +42,72 @@ def _extra(key: str, value: Any) -> str:
     return str(value)
 
 
+def _global_options() -> CommandParser:
+    """Django's global options (and ``--using``) again for each subcommand.
+
+    Their defaults are suppressed, so given before the subcommand they are
+    kept, and given after it they override: ``locks -v 0 clear x`` and
+    ``locks clear x -v 0`` mean the same.
+    """
+    common = CommandParser(add_help=False, argument_default=SUPPRESS)
+    common.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], help="0: errors only.")
+    common.add_argument("--settings", help="The Python path to a settings module.")
+    common.add_argument("--pythonpath", help="A directory to add to the Python path.")
+    common.add_argument("--traceback", action="store_true", help="Show the stack trace on errors.")
+    common.add_argument("--no-color", action="store_true", help="Don't colorize the output.")
+    common.add_argument("--force-color", action="store_true", help="Force colorized output.")
+    common.add_argument("--skip-checks", action="store_true", help="Skip system checks.")
+    common.add_argument("--using", metavar="ALIAS", help=USING_HELP)
+    return common
+
+
+USING_HELP = "Cache alias whose Redis to inspect (default: REDISLOCK['CACHE'])."
+JSON_HELP = "Print stable JSON for scripts instead of text (printed even with -v 0)."
+
+
+def display_width(text: str) -> int:
+    """Terminal columns ``text`` takes: wide (CJK, most emoji) characters take
+    two, combining marks and format characters (joiners, variation selectors)
+    none."""
+    width = 0
+    for char in text:
+        if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+            continue
+        width += 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+    return width
+
+
 class Command(BaseCommand):
     help = (
         "List, inspect and clear held locks, semaphores and read-write locks. "
-        "Without a subcommand: list."
+        "Without a subcommand: list (so 'locks --json' is 'locks list --json')."
     )
+    verbosity = 1
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument(
-            "--using",
-            metavar="ALIAS",
-            help="Cache alias whose Redis to inspect (default: REDISLOCK['CACHE']).",
-        )
+        parser.add_argument("--using", metavar="ALIAS", help=USING_HELP)
+        # the default subcommand's options, for ``locks --json`` / ``locks --pattern X``
+        self._add_filters(parser, default=None)
+        parser.add_argument("--json", action="store_true", help=JSON_HELP)
         sub = parser.add_subparsers(dest="action", metavar="{list,inspect,clear}")
+        common = _global_options()
 
-        listing = sub.add_parser("list", help="List every held primitive (the default).")
-        self._add_filters(listing)
-        listing.add_argument(
-            "--json", action="store_true", help="Print stable JSON for scripts instead of a table."
+        listing = sub.add_parser(
+            "list", help="List every held primitive (the default).", parents=[common]
         )
+        self._add_filters(listing)
+        listing.add_argument("--json", action="store_true", default=SUPPRESS, help=JSON_HELP)
 
-        inspect = sub.add_parser("inspect", help="Everything known about one name.")
+        inspect = sub.add_parser(
+            "inspect", help="Everything known about one name.", parents=[common]
+        )
         inspect.add_argument("name", help="The name, exactly as the code wrote it.")
-        inspect.add_argument("--json", action="store_true", help="Print JSON instead of text.")
+        inspect.add_argument("--json", action="store_true", default=SUPPRESS, help=JSON_HELP)
 
         clear = sub.add_parser(
             "clear",
             help="Release held primitives whoever holds them; their holders get LockLostError.",
+            parents=[common],
         )
         clear.add_argument(
             "names",
@@ -85,21 +126,31 @@ class Command(BaseCommand):
         )
 
     @staticmethod
-    def _add_filters(parser: CommandParser) -> None:
+    def _add_filters(parser: CommandParser, default: Any = SUPPRESS) -> None:
         parser.add_argument(
             "--pattern",
             metavar="GLOB",
+            default=default,
             help="Only names matching this glob (*, ?, [abc], [!abc]); quote it in the shell.",
         )
         parser.add_argument(
             "--kind",
             action="append",
             metavar="KIND",
+            default=default,
             help="Only this kind (lock, semaphore, rwlock); repeat for several.",
         )
 
+    def say(self, message: str, style: Callable[[str], str] | None = None) -> None:
+        """Write a message for people; ``-v 0`` keeps only errors."""
+        if self.verbosity > 0:
+            self.stdout.write(style(message) if style else message)
+
     def handle(self, *args: Any, **options: Any) -> None:
         action = options.get("action") or "list"
+        self.verbosity = int(options.get("verbosity", 1))
+        if action == "inspect" and (options.get("pattern") or options.get("kind")):
+            raise CommandError("--pattern and --kind are for list and clear, not inspect.")
         handler: Callable[[Any, str, dict[str, Any]], None] = getattr(self, f"_{action}")
         try:
             client, prefix = connect(options.get("using"))
@@ -126,7 +177,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps([info_data(i) for i in held], sort_keys=True))
             return
         if not held:
-            self.stdout.write("Nothing is held.")
+            self.say("Nothing is held.")
             return
         self._table(held)
 
@@ -153,15 +204,17 @@ class Command(BaseCommand):
                     str(info.waiters),
                 )
             )
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        widths = [max(display_width(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
         def line(cells: Sequence[str]) -> str:
-            return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
+            return "  ".join(
+                c + " " * (w - display_width(c)) for c, w in zip(cells, widths, strict=True)
+            ).rstrip()
 
-        self.stdout.write(self.style.MIGRATE_HEADING(line(header)))
+        self.say(line(header), self.style.MIGRATE_HEADING)
         for row in rows:
-            self.stdout.write(line(row))
-        self.stdout.write(self.style.MIGRATE_LABEL(f"{len(rows)} held."))
+            self.say(line(row))
+        self.say(f"{len(rows)} held.", self.style.MIGRATE_LABEL)
 
     # inspect --------------------------------------------------------------------------
 
@@ -177,30 +230,30 @@ class Command(BaseCommand):
             }
             self.stdout.write(json.dumps(data, sort_keys=True))
             return
-        self.stdout.write(self.style.MIGRATE_HEADING(name))
+        self.say(name, self.style.MIGRATE_HEADING)
         if not infos:
-            self.stdout.write("  Not held.")
+            self.say("  Not held.")
         for info in infos:
             limit = f", limit {info.limit}" if info.limit is not None else ""
-            self.stdout.write(
+            self.say(
                 f"  {self.style.MIGRATE_LABEL(info.kind)}: {len(info.holders)} holder(s){limit}, "
                 f"{info.waiters} waiter(s)"
             )
             for h in holder_data(info):
                 mode = f" mode={h['mode']}" if h["mode"] else ""
-                self.stdout.write(
+                self.say(
                     f"    {h['holder']}  token={h['token']}…  ttl={_seconds(h['ttl'])}  "
                     f"fencing_token={h['fencing_token']}  depth={h['count']}{mode}"
                 )
             for key, value in sorted(info.extra.items()):
-                self.stdout.write(f"    {key}: {_extra(key, value)}")
+                self.say(f"    {key}: {_extra(key, value)}")
         if counters:
-            self.stdout.write(
+            self.say(
                 "  counters: "
                 + ", ".join(f"{k}={counters.get(k, 0)}" for k in inspection.STAT_FIELDS)
             )
         else:
-            self.stdout.write("  counters: none (idle, or REDISLOCK['STATS'] is off)")
+            self.say("  counters: none (idle, or REDISLOCK['STATS'] is off)")
 
     # clear ------------------------------------------------------------------------------
 
@@ -221,19 +274,22 @@ class Command(BaseCommand):
             ]
             missing = wanted - {info.name for info in targets}
             for name in sorted(missing):
-                self.stderr.write(f"Not held: {name}")
+                if self.verbosity > 0:
+                    self.stderr.write(f"Not held: {name}")
         else:
             targets = self._select(client, prefix, options)
         targets.sort(key=lambda info: (info.name, info.kind))
         if not targets:
-            self.stdout.write("Nothing to clear.")
+            self.say("Nothing to clear.")
             return
-        self.stdout.write(f"This will release {len(targets)} held primitive(s):")
-        for info in targets[:50]:
-            self.stdout.write(f"  {info.kind} {info.name} ({len(info.holders)} holder(s))")
-        if len(targets) > 50:
-            self.stdout.write(f"  … and {len(targets) - 50} more")
-        if options.get("interactive", True) and not self._confirm():
+        interactive = options.get("interactive", True)
+        if interactive or self.verbosity > 0:  # asking needs the list, whatever -v says
+            self.stdout.write(f"This will release {len(targets)} held primitive(s):")
+            for info in targets[:50]:
+                self.stdout.write(f"  {info.kind} {info.name} ({len(info.holders)} holder(s))")
+            if len(targets) > 50:
+                self.stdout.write(f"  … and {len(targets) - 50} more")
+        if interactive and not self._confirm():
             self.stdout.write("Cancelled.")
             return
         self._release(client, prefix, targets)
@@ -252,19 +308,29 @@ class Command(BaseCommand):
 
     def _release(self, client: Any, prefix: str, targets: list[HeldInfo]) -> None:
         by_kind: dict[str, list[str]] = {}
+        holders: dict[tuple[str, str], list[str]] = {}
         for info in targets:
             by_kind.setdefault(info.kind, []).append(info.name)
+            holders[info.kind, info.name] = [h.holder for h in info.holders]
+        who, where = audit.os_user(), audit.this_process("manage.py locks clear")
         total, done, released = len(targets), 0, 0
-        show_progress = total > PROGRESS_THRESHOLD
+        show_progress = total > PROGRESS_THRESHOLD and self.verbosity > 0
         for kind in inspection.kinds(by_kind):
             for name, count in inspection.clear_many(kind, client, prefix, by_kind[kind.kind]):
                 done += 1
                 if count:
                     released += 1
-                    if not show_progress:
-                        self.stdout.write(self.style.SUCCESS(f"Released {kind.kind} {name}"))
+                    audit.log_force_release(
+                        name,
+                        kind=kind.kind,
+                        who=who,
+                        where=where,
+                        holders=holders.get((kind.kind, name), ()),
+                    )
+                    if total <= PROGRESS_THRESHOLD:
+                        self.say(f"Released {kind.kind} {name}", self.style.SUCCESS)
                 if show_progress and (done % inspection.DESCRIBE_BATCH == 0 or done == total):
                     self.stderr.write(
                         f"Cleared {done}/{total}…", ending="\r" if sys.stderr.isatty() else "\n"
                     )
-        self.stdout.write(self.style.SUCCESS(f"Released {released} of {total}."))
+        self.say(f"Released {released} of {total}.", self.style.SUCCESS)

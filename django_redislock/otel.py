@@ -1,0 +1,150 @@
+"""OpenTelemetry spans and metrics for every primitive, built on the signals.
+
+Optional (``pip install django-redislock[otel]``, which adds only
+``opentelemetry-api``) and off until :func:`install` is called, typically
+from an ``AppConfig.ready()``. The core never imports this module: it only
+sends ``django_redislock.signals``, and ``install`` connects receivers that
+turn them into telemetry. Without an SDK configured, the API's no-op
+providers make every call here nearly free.
+
+What is recorded, for each primitive (``Lock``, ``Semaphore``, ...):
+
+- spans ``redislock.wait`` (from the start of the wait to the acquire or the
+  timeout) and ``redislock.hold`` (from the acquire to the release or the
+  loss), back-dated from the signals' timings, in the context of the thread
+  or task that waited or held (so under the request's span);
+- histograms ``redislock.wait.duration`` and ``redislock.hold.duration``
+  (seconds);
+- counters ``redislock.timeouts`` and ``redislock.lost_leases``.
+
+Span attributes: ``redislock.name``, ``redislock.kind``, ``redislock.outcome``
+(``acquired``, ``timeout``, ``released``, ``lost``) and
+``redislock.wait_seconds`` on waits. Metric attributes are the kind and the
+outcome only: lock names such as ``sku:42`` would make one time series per
+row. Pass ``metric_name=`` to add a bounded form of the name (for example
+``lambda name: name.partition(":")[0]``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import metrics, trace
+
+from . import signals
+
+_UID = "django_redislock.otel"
+_SCOPE = "django_redislock"
+
+
+class Recorder:
+    """The receivers; ``install`` connects one, ``uninstall`` disconnects it."""
+
+    def __init__(
+        self,
+        tracer_provider: trace.TracerProvider | None,
+        meter_provider: metrics.MeterProvider | None,
+        metric_name: Callable[[str], str | None] | None,
+    ) -> None:
+        self.tracer = trace.get_tracer(_SCOPE, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(_SCOPE, meter_provider=meter_provider)
+        self.metric_name = metric_name
+        self.wait_duration = meter.create_histogram(
+            "redislock.wait.duration", unit="s", description="Time spent waiting for a primitive."
+        )
+        self.hold_duration = meter.create_histogram(
+            "redislock.hold.duration", unit="s", description="Time a primitive was held."
+        )
+        self.timeouts = meter.create_counter(
+            "redislock.timeouts", description="Waits that gave up (LockTimeout)."
+        )
+        self.lost_leases = meter.create_counter(
+            "redislock.lost_leases", description="Holds whose lease was lost (LockLostError)."
+        )
+
+    def _metric_attributes(self, name: str, kind: str, outcome: str) -> dict[str, str]:
+        attributes = {"redislock.kind": kind, "redislock.outcome": outcome}
+        if self.metric_name is not None:
+            bounded = self.metric_name(name)
+            if bounded is not None:
+                attributes["redislock.name"] = bounded
+        return attributes
+
+    def _span(self, span_name: str, seconds: float, attributes: dict[str, Any]) -> None:
+        end = time.time_ns()
+        span = self.tracer.start_span(
+            span_name, start_time=end - int(seconds * 1e9), attributes=attributes
+        )
+        span.end(end_time=end)
+
+    def _wait(self, name: str, kind: str, waited: float, outcome: str) -> None:
+        self._span(
+            "redislock.wait",
+            waited,
+            {
+                "redislock.name": name,
+                "redislock.kind": kind,
+                "redislock.outcome": outcome,
+                "redislock.wait_seconds": waited,
+            },
+        )
+        self.wait_duration.record(waited, self._metric_attributes(name, kind, outcome))
+
+    def _hold(self, name: str, kind: str, held: float, outcome: str) -> None:
+        attributes = {"redislock.name": name, "redislock.kind": kind, "redislock.outcome": outcome}
+        self._span("redislock.hold", held, attributes)
+        self.hold_duration.record(held, self._metric_attributes(name, kind, outcome))
+
+    def acquired(self, *, name: str, kind: str, waited: float, **_: Any) -> None:
+        self._wait(name, kind, waited, "acquired")
+
+    def contended(self, *, name: str, kind: str, waited: float, **_: Any) -> None:
+        self._wait(name, kind, waited, "timeout")
+        self.timeouts.add(1, self._metric_attributes(name, kind, "timeout"))
+
+    def released(self, *, name: str, kind: str, held: float, **_: Any) -> None:
+        self._hold(name, kind, held, "released")
+
+    def lost(self, *, name: str, kind: str, held: float, **_: Any) -> None:
+        self._hold(name, kind, held, "lost")
+        self.lost_leases.add(1, self._metric_attributes(name, kind, "lost"))
+
+    def connections(self) -> list[tuple[Any, Callable[..., None]]]:
+        return [
+            (signals.lock_acquired, self.acquired),
+            (signals.lock_contended, self.contended),
+            (signals.lock_released, self.released),
+            (signals.lock_lost, self.lost),
+        ]
+
+
+def install(
+    *,
+    tracer_provider: trace.TracerProvider | None = None,
+    meter_provider: metrics.MeterProvider | None = None,
+    metric_name: Callable[[str], str | None] | None = None,
+) -> Recorder:
+    """Record spans and metrics for every primitive from now on.
+
+    The providers default to OpenTelemetry's global ones (set by your SDK
+    setup). Calling it again replaces the previous recorder, so it is safe
+    in ``AppConfig.ready()``, which may run more than once.
+    """
+    uninstall()
+    recorder = Recorder(tracer_provider, meter_provider, metric_name)
+    for signal, receiver in recorder.connections():
+        signal.connect(receiver, weak=False, dispatch_uid=_UID)
+    return recorder
+
+
+def uninstall() -> None:
+    """Stop recording (disconnect the receivers ``install`` connected)."""
+    for signal in (
+        signals.lock_acquired,
+        signals.lock_contended,
+        signals.lock_released,
+        signals.lock_lost,
+    ):
+        signal.disconnect(dispatch_uid=_UID)

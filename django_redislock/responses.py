@@ -1,0 +1,171 @@
+"""What ``@require_lock`` answers a view call that it cannot run.
+
+Two answers, both with ``Retry-After``:
+
+- **423 Locked** when the lock is held by someone else past the blocking
+  timeout. ``Retry-After`` is an estimate of when this caller would get the
+  lock (see :func:`retry_after`), not the holder's whole lease.
+- **503 Service Unavailable** when Redis cannot be reached or fails: the lock
+  cannot be taken, so the view must not run (fail closed), but the client
+  should retry rather than see a 500 and a traceback. The cause is logged at
+  ERROR on ``django_redislock.responses``.
+
+Views of Django REST framework get DRF's error shape, ``{"detail": "..."}``
+as JSON. DRF stays optional: it is recognised only when already imported.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import sys
+from http import HTTPStatus
+from typing import Any, cast
+
+from asgiref.sync import sync_to_async
+from django.http import HttpResponse, HttpResponseBase, JsonResponse
+
+from . import backend
+from .conf import get_settings
+from .exceptions import LockBackendError, LockTimeout
+
+logger = logging.getLogger(__name__)
+
+#: ``Retry-After`` (seconds) of the 503 sent while Redis is unreachable: long
+#: enough not to hammer a recovering server, short enough for a blip.
+BACKEND_RETRY_AFTER = 5
+
+
+class Answers:
+    """A view call's answers for one ``require_lock``: its ``on_contention`` and
+    ``on_backend_error`` (already checked), lease and cache alias."""
+
+    def __init__(
+        self, *, on_contention: Any, on_backend_error: Any, timeout: float | None, using: str | None
+    ) -> None:
+        self.on_contention = on_contention
+        self.on_backend_error = on_backend_error
+        self.timeout = timeout
+        self.using = using
+
+    def contended(self, request: Any, error: LockTimeout, asynchronous: bool) -> Any:
+        """The answer to a refused view call; raises ``error`` for other calls."""
+        handler = self.on_contention
+        if request is None or handler == "raise":
+            raise error
+        if callable(handler):
+            return handler(request, error)
+        status = handler or HTTPStatus.LOCKED
+        if asynchronous:  # the estimate reads Redis: not on the event loop's thread
+            return sync_to_async(locked, thread_sensitive=False)(
+                request, error, status, timeout=self.timeout, using=self.using
+            )
+        return locked(request, error, status, timeout=self.timeout, using=self.using)
+
+    def unavailable(self, request: Any, error: LockBackendError) -> Any:
+        """The answer to a view call when Redis failed; raises for other calls."""
+        handler = self.on_backend_error
+        if request is None or handler == "raise":
+            raise error
+        if callable(handler):
+            log_unavailable(request, error, "with on_backend_error")
+            return handler(request, error)
+        status = handler or HTTPStatus.SERVICE_UNAVAILABLE
+        log_unavailable(request, error, str(int(status)))
+        message = "The lock service is unavailable; try again shortly."
+        return error_response(request, status, message, BACKEND_RETRY_AFTER)
+
+
+def is_drf(request: Any, view: Any) -> bool:
+    """Whether the call is a Django REST framework view's: the request is DRF's
+    ``Request``, or the view is (or was made from) an ``APIView``."""
+    requests = sys.modules.get("rest_framework.request")
+    if requests is not None and isinstance(request, requests.Request):
+        return True
+    views = sys.modules.get("rest_framework.views")
+    if views is None:
+        return False
+    view_class = getattr(view, "view_class", None)  # the function as_view() made
+    return isinstance(view, views.APIView) or (
+        isinstance(view_class, type) and issubclass(view_class, views.APIView)
+    )
+
+
+def error_response(request: Any, status: int, message: str, retry_after: int) -> HttpResponseBase:
+    """``message`` as plain text, or as ``{"detail": message}`` for DRF views.
+
+    The view is the one URL resolution found (``request.resolver_match``), so
+    a DRF view decorated on ``dispatch`` (which sees Django's request) counts.
+    """
+    headers = {"Retry-After": str(retry_after)}
+    view = getattr(getattr(request, "resolver_match", None), "func", None)
+    if not is_drf(request, view):
+        return HttpResponse(
+            f"{message}\n", status=status, content_type="text/plain; charset=utf-8", headers=headers
+        )
+    requests = sys.modules["rest_framework.request"]
+    if isinstance(request, requests.Request):
+        # inside APIView.dispatch: a DRF Response gets the view's renderers
+        response = importlib.import_module("rest_framework.response").Response
+        return cast(HttpResponseBase, response({"detail": message}, status=status, headers=headers))
+    return JsonResponse({"detail": message}, status=status, headers=headers)
+
+
+def locked(
+    request: Any, error: LockTimeout, status: int, *, timeout: float | None, using: str | None
+) -> HttpResponseBase:
+    """The answer to a view call refused ``error``: 423 (or ``status``)."""
+    seconds = retry_after(error, timeout=timeout, using=using)
+    return error_response(request, status, f"{error.name} is busy; try again shortly.", seconds)
+
+
+def retry_after(error: LockTimeout, *, timeout: float | None, using: str | None) -> int:
+    """Seconds until a caller refused ``error.name`` would likely get it.
+
+    From the name's counters (``REDISLOCK['STATS']``): past acquirers that
+    found the lock taken waited ``wait_ms / contended`` on average, about one
+    hold each; this caller would wait for the current hold and for each
+    waiter queued now, so the estimate is that average times (queued + 1).
+    It is capped by the holder's remaining lease (or the lock's lease when
+    that is unknown), and is at least 1. With no history (counters off, or
+    the first contention of the name) it is the holder's remaining lease.
+    """
+    settings = get_settings()
+    cap = error.retry_after or (timeout if timeout is not None else settings.timeout)
+    name = error.name
+    if name is not None and settings.stats:
+        try:
+            average, queued = _history(name, using)
+        except (LockBackendError, *backend.BACKEND_ERRORS):  # the 423 stands without it
+            average, queued = None, 0
+        if average is not None:
+            estimate = average * (queued + 1)
+            cap = min(estimate, cap) if cap else estimate
+    return max(1, math.ceil(cap)) if cap else 1
+
+
+def _history(name: str, using: str | None) -> tuple[float | None, int]:
+    """The average wait in seconds per contended acquire (``None`` when never
+    waited for) and the number of waiters queued now: one round trip."""
+    settings = get_settings()
+    client = backend.get_client(using or settings.cache)
+    pipe = client.pipeline(transaction=False)
+    pipe.hmget(backend.key(settings.key_prefix, name, "stats"), ["contended", "wait_ms"])
+    pipe.zcard(backend.key(settings.key_prefix, name, "queue"))
+    (contended, wait_ms), queued = pipe.execute()
+    contended, wait_ms = int(contended or 0), int(wait_ms or 0)
+    if not contended or not wait_ms:
+        return None, int(queued)
+    return wait_ms / contended / 1000.0, int(queued)
+
+
+def log_unavailable(request: Any, error: LockBackendError, answer: str) -> None:
+    logger.error(
+        "Redis is unavailable for lock %r under %s %s; answered %s.",
+        error.name,
+        getattr(request, "method", "?"),
+        getattr(request, "path", "?"),
+        answer,
+        exc_info=error,
+    )

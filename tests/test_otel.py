@@ -1,0 +1,132 @@
+"""The OpenTelemetry integration, with the SDK's in-memory exporter and reader, on real Redis."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+pytest.importorskip("opentelemetry.sdk")
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from django_redislock import Lock, LockLostError, Semaphore, otel
+from tests.signals_helper import time_out_in_another_thread
+
+
+class Telemetry:
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader])
+
+    def install(self, **kwargs: Any) -> otel.Recorder:
+        return otel.install(
+            tracer_provider=self.tracer_provider, meter_provider=self.meter_provider, **kwargs
+        )
+
+    def spans(self, span_name: str) -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if s.name == span_name]
+
+    def points(self, metric_name: str) -> list[Any]:
+        data = self.reader.get_metrics_data()
+        found = []
+        for resource in data.resource_metrics if data else ():
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    if metric.name == metric_name:
+                        found.extend(metric.data.data_points)
+        return found
+
+
+@pytest.fixture
+def telemetry() -> Iterator[Telemetry]:
+    recorded = Telemetry()
+    recorded.install()
+    yield recorded
+    otel.uninstall()
+
+
+def test_a_lock_use_makes_a_wait_and_a_hold_span_and_histograms(telemetry: Telemetry) -> None:
+    tracer = telemetry.tracer_provider.get_tracer("test")
+    with tracer.start_as_current_span("request") as request, Lock("otel:a"):
+        pass
+    [wait] = telemetry.spans("redislock.wait")
+    [hold] = telemetry.spans("redislock.hold")
+    assert dict(wait.attributes or {}) == {
+        "redislock.name": "otel:a",
+        "redislock.kind": "lock",
+        "redislock.outcome": "acquired",
+        "redislock.wait_seconds": pytest.approx(wait.attributes["redislock.wait_seconds"]),  # type: ignore[index]
+    }
+    assert 0 <= wait.attributes["redislock.wait_seconds"] < 5  # type: ignore[index,operator]
+    assert hold.attributes["redislock.outcome"] == "released"  # type: ignore[index]
+    # under the request's span, and the hold starts where the wait ends
+    assert wait.parent is not None and wait.parent.span_id == request.get_span_context().span_id
+    assert hold.parent is not None and hold.parent.span_id == request.get_span_context().span_id
+    assert wait.end_time is not None and hold.start_time is not None
+    assert hold.start_time <= hold.end_time  # type: ignore[operator]
+    [held] = telemetry.points("redislock.hold.duration")
+    assert held.count == 1
+    assert held.attributes == {"redislock.kind": "lock", "redislock.outcome": "released"}
+    [waited] = telemetry.points("redislock.wait.duration")
+    assert waited.count == 1
+
+
+def test_a_real_wait_is_timed_and_a_timeout_is_counted(telemetry: Telemetry) -> None:
+    time_out_in_another_thread("otel:busy", 0.3)
+    waits = telemetry.spans("redislock.wait")
+    timeouts = [s for s in waits if (s.attributes or {}).get("redislock.outcome") == "timeout"]
+    assert len(timeouts) == 1
+    assert timeouts[0].attributes["redislock.wait_seconds"] >= 0.25  # type: ignore[index,operator]
+    duration = (timeouts[0].end_time or 0) - (timeouts[0].start_time or 0)
+    assert duration >= 0.25e9
+    [counted] = telemetry.points("redislock.timeouts")
+    assert counted.value == 1
+    assert counted.attributes == {"redislock.kind": "lock", "redislock.outcome": "timeout"}
+
+
+def test_a_lost_lease_is_counted_and_its_hold_span_says_so(
+    telemetry: Telemetry, redis_client: redis.Redis
+) -> None:
+    from django_redislock import inspection
+    from django_redislock.conf import get_settings
+
+    lock = Lock("otel:lost", auto_renew=False)
+    lock.acquire()
+    assert inspection.clear(redis_client, get_settings().key_prefix, "otel:lost") == 1
+    with pytest.raises(LockLostError):
+        lock.release()
+    [hold] = telemetry.spans("redislock.hold")
+    assert hold.attributes["redislock.outcome"] == "lost"  # type: ignore[index]
+    [lost] = telemetry.points("redislock.lost_leases")
+    assert lost.value == 1
+
+
+def test_semaphores_and_bounded_names_in_metrics(telemetry: Telemetry) -> None:
+    telemetry.install(metric_name=lambda name: name.partition(":")[0])
+    with Semaphore("pool:db", limit=2):
+        pass
+    [hold] = telemetry.spans("redislock.hold")
+    assert hold.attributes["redislock.kind"] == "semaphore"  # type: ignore[index]
+    [held] = telemetry.points("redislock.hold.duration")
+    assert held.attributes["redislock.name"] == "pool"
+
+
+def test_install_twice_records_once_and_uninstall_stops(telemetry: Telemetry) -> None:
+    telemetry.install()
+    with Lock("otel:once"):
+        pass
+    assert len(telemetry.spans("redislock.hold")) == 1
+    otel.uninstall()
+    with Lock("otel:after"):
+        pass
+    assert len(telemetry.spans("redislock.hold")) == 1
