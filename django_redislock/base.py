@@ -1,16 +1,10 @@
-"""What every primitive shares: argument checks, holder state, the fair wait loop.
+"""What every primitive shares: argument checks, holdings, options and errors.
 
 A *holding* is one holder's claim on a primitive: its unguessable token, its
 nesting depth, its fencing token and lease. Holdings belong to one thread (sync)
 or one task (async) of one process; a holding seen from another process (after
 ``fork()``) is ignored, so a child never releases or renews its parent's claim.
-
-Waiting is event driven: a waiter queues itself in the acquire script, then
-blocks on its own signal list with ``BLPOP``; the release script pushes to the
-list of the first waiter. Each ``BLPOP`` is bounded by the holder's remaining
-lease and by the connection's socket timeout, so a lost wake-up or a dead
-holder costs at most the rest of the lease, and a blocking command never
-outlives the socket timeout.
+The fair acquire and its wait loop are in ``protocol.py``.
 """
 
 from __future__ import annotations
@@ -25,9 +19,9 @@ import sys
 import threading
 import time
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from . import backend, signals
 from .conf import LockSettings, _wrapped_settings, get_settings
@@ -559,110 +553,3 @@ class AsyncPrimitive(Primitive):
             await self.release()
         except LockLostError as error:
             self._exit_error(error, exc_type, exc)
-
-
-def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
-    """How long one BLPOP may block: the lease hint, the chunk, the deadline."""
-    wait = chunk
-    if hint_ms > 0:
-        wait = min(wait, hint_ms / 1000.0)
-    if deadline is not None:
-        wait = min(wait, deadline - time.monotonic())
-    return max(wait, backend.MIN_WAIT_CHUNK)
-
-
-#: Status a script answers with when it refused to grant (its value is a retry hint in ms).
-REFUSED = 0
-#: Status of ``wait_turn`` when a release handed the primitive to the caller
-#: while it waited (its value is the fencing token; see ``scripts/_handoff.lua``).
-HANDED = 2
-#: What a plain wake-up pushes to a waiter's signal list (a handoff pushes a fencing token).
-WAKE_UP = (b"1", "1")
-
-
-def handoff_fresh(started: float, handoff_lease: float) -> bool:
-    """Whether a handoff just read can be taken as it is.
-
-    The handoff came after the attempt sent at ``started``, so its first
-    lease ends no earlier than ``started + handoff_lease``. With less than a
-    quarter of it left (a waiter paused past it) another acquire attempt is
-    the safe way: it finds the lock still the waiter's, and sets the full
-    lease, or not, and queues it again.
-    """
-    return handoff_lease > 0 and time.monotonic() - started < 0.75 * handoff_lease
-
-
-def wait_turn(
-    attempt: Callable[[], tuple[int, int]],
-    cancel: Callable[[], None],
-    *,
-    client: Any,
-    signal_key: str,
-    chunk: float,
-    may_wait: bool,
-    deadline: float | None,
-    name: str,
-    undo: Callable[[], object] | None = None,
-    handoff_lease: float = 0.0,
-    first: tuple[int, int, float] | None = None,
-) -> tuple[int, int, float, bool]:
-    """The fair wait loop: ``attempt()`` until it answers other than ``REFUSED``.
-
-    ``attempt`` runs the primitive's acquire script, which queues the caller on
-    refusal when it may wait. Between attempts the caller blocks on its own
-    signal list, bounded by ``wait_seconds``. Returns ``(status, value,
-    started, queued)``, where ``started`` is when the last attempt was sent
-    (the lease is measured from there). A signal other than a plain wake-up
-    is a handoff, with a first lease of ``handoff_lease`` seconds: the status
-    is then ``HANDED`` and the value the fencing token (the handoff came after
-    that attempt, so its lease is measured from there too). Without
-    ``handoff_lease``, or when most of that lease has passed (the caller was
-    paused), the next attempt takes the primitive, with its full lease, if it
-    is still the caller's. On
-    giving up it leaves the queue with ``cancel``; on any exception it tries
-    to, and also runs ``undo`` (a compare-and-delete by the caller's token):
-    an attempt interrupted after Redis ran it may have been granted, and would
-    otherwise hold the primitive for a whole lease with nobody to release it.
-    Redis failures become ``LockBackendError``. ``first``: the ``(status,
-    value, started)`` of an attempt the caller already made.
-    """
-    queued = False
-    try:
-        while True:
-            if first is not None:
-                (status, value, started), first = first, None
-            else:
-                started = time.monotonic()
-                status, value = attempt()
-            if status != REFUSED:
-                return int(status), int(value), started, queued
-            queued = may_wait
-            if not may_wait or (deadline is not None and time.monotonic() >= deadline):
-                if queued:
-                    cancel()
-                return REFUSED, int(value), started, queued
-            signal = backend.blpop(client, signal_key, wait_seconds(value, chunk, deadline))
-            if (
-                signal is not None
-                and signal[1] not in WAKE_UP
-                and handoff_fresh(started, handoff_lease)
-            ):
-                return HANDED, int(signal[1]), started, queued
-    except BaseException as exc:
-        abandon(name, exc, cancel if queued else None, undo)
-
-
-def abandon(name: str, exc: BaseException, *cleanups: Callable[[], object] | None) -> NoReturn:
-    """Clean up after an interrupted or failed acquire, then raise ``exc``
-    (a Redis failure as ``LockBackendError``). Clean-ups are best effort: a
-    Redis error in one must not replace the original exception."""
-    for cleanup in cleanups:
-        if cleanup is None:
-            continue
-        try:
-            cleanup()
-        except backend.BACKEND_ERRORS as cleanup_exc:
-            logger.debug("Could not clean up an interrupted wait on %r: %s", name, cleanup_exc)
-    if isinstance(exc, backend.BACKEND_ERRORS):
-        raise backend.backend_error(name, exc) from exc
-    raise exc

@@ -19,35 +19,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import backend
+from . import backend, drivers, protocol
 from .base import (
     FENCE_MEMORY_MS,
-    HANDED,
     WAITER_GRACE_MS,
     Holding,
     Primitive,
+    Resolved,
     SyncPrimitive,
-    abandon,
     check_lease,
     current_pid,
     holder_description,
     new_token,
-    wait_turn,
 )
 from .holders import Registry, thread_registry
+from .protocol import HANDED, HELD, REFUSED, Call, Step
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .watchdog import watchdog
 
-if TYPE_CHECKING:
-    pass
-
 logger = logging.getLogger(__name__)
 
-ACQUIRED, REFUSED, NOT_OURS = 1, 0, -1
+ACQUIRED, NOT_OURS = HELD, -1
 
 
 def acquire_reply(reply: int) -> tuple[int, int]:
@@ -201,6 +197,74 @@ class LockBase(Primitive):
         if holding.depth <= 1:
             holding.end()
 
+    # the acquire, written once for Lock and AsyncLock (see protocol.py) ---------------
+
+    def _acquire_steps(
+        self, resolved: Resolved, blocking: bool | None, blocking_timeout: float | None
+    ) -> Generator[Step, Any, int | None]:
+        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+        settings, keys = resolved.settings, resolved.wire_keys
+        hold_key = self._hold_key(resolved.alias, resolved.keys[0])
+        holding = self._reentry(hold_key)
+        if holding is not None:
+            nest = self._acquire_args(
+                holding.token, int(holding.lease * 1000), "nest", 0, resolved.sigprefix,
+                settings.stats_ttl_ms,
+            )  # fmt: skip
+            reply = yield from protocol.single(Call(LOCK_ACQUIRE, keys, nest), self.name)
+            if acquire_reply(reply)[0] != NOT_OURS:
+                holding.depth += 1
+                self._took(hold_key, holding)
+                return None
+            self._supersede(self._registry(), hold_key, holding, GONE_AT_REENTRY)
+
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        token, begun = new_token(), time.monotonic()
+        waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
+        grant_ms = self._grant_ms(resolved.lease_ms, waiter_ttl_ms)
+        args = self._acquire_args(
+            token, resolved.lease_ms, "wait" if may_wait else "try", waiter_ttl_ms,
+            resolved.sigprefix, settings.stats_ttl_ms, grant_ms,
+        )  # fmt: skip
+        release_keys = self._release_keys(keys)
+        release_args = self._release_args(token, resolved.wire_sigprefix, settings.stats_ttl_ms)
+        # The cancel script leaves the queue and passes on a lock the attempt
+        # was granted or handed: the clean-up after an interruption, too.
+        cancel = Call(LOCK_CANCEL, release_keys, release_args)
+        outcome = yield from protocol.acquire(
+            protocol.Attempt(
+                name=self.name,
+                call=Call(LOCK_ACQUIRE, keys, args),
+                parse=acquire_reply,
+                leave=cancel,
+                undo=cancel,
+                signal_key=resolved.sigprefix + token,
+                chunk=resolved.chunk,
+                may_wait=may_wait,
+                deadline=None if budget is None else begun + budget,
+                # without a watchdog the next attempt takes it, with the full lease
+                handoff_lease=grant_ms / 1000 if resolved.auto_renew else 0.0,
+                on_wait=lambda: self._waited(args, begun),
+            )
+        )
+        if not outcome.held:
+            self._announce_contended(begun)
+            return outcome.value
+        holding = self._new_holding(
+            token, resolved.client, resolved.lease, outcome.started, outcome.value,
+            release_keys, resolved.wire_sigprefix, settings.stats_ttl_ms,
+        )  # fmt: skip
+        holding.release_args = release_args
+        if outcome.status == HANDED:  # a short first lease, which the watchdog renews soon
+            holding.lease_deadline = outcome.started + grant_ms / 1000
+        self._took(hold_key, holding)
+        if resolved.auto_renew:
+            watchdog.watch(holding)
+        # a handoff came after `started` (see protocol.acquire); the wait ended now
+        ended = time.monotonic() if outcome.status == HANDED else outcome.started
+        self._announce_acquired(ended - begun, outcome.value)
+        return None
+
     # holders: see ``holders.py`` ------------------------------------------------------
 
     def _entered(self) -> list[Holding]:
@@ -338,113 +402,8 @@ class Lock(LockBase, SyncPrimitive):
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
         """Acquire; ``None`` when held, else the server's retry hint in ms."""
         resolved = self._resolve()
-        settings, client, chunk = resolved.settings, resolved.client, resolved.chunk
-        sigprefix, wire_keys, wire_sigprefix = (
-            resolved.sigprefix,
-            resolved.wire_keys,
-            resolved.wire_sigprefix,
-        )
-        lease, lease_ms = resolved.lease, resolved.lease_ms
-        hold_key = self._hold_key(resolved.alias, resolved.keys[0])
-        holding = self._reentry(hold_key)
-        if holding is not None:
-            if self._nest(holding, client, wire_keys, sigprefix, settings.stats_ttl_ms):
-                self._took(hold_key, holding)
-                return None
-            self._supersede(self._registry(), hold_key, holding, GONE_AT_REENTRY)
-
-        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
-        token = new_token()
-        begun = time.monotonic()
-        deadline = None if budget is None else begun + budget
-        waiter_ttl_ms = int(chunk * 1000) + WAITER_GRACE_MS
-        mode = "wait" if may_wait else "try"
-        auto_renew = resolved.auto_renew
-        grant_ms = self._grant_ms(lease_ms, waiter_ttl_ms)
-        args = self._acquire_args(
-            token, lease_ms, mode, waiter_ttl_ms, sigprefix, settings.stats_ttl_ms, grant_ms
-        )
-        release_keys = self._release_keys(wire_keys)
-        release_args = self._release_args(token, wire_sigprefix, settings.stats_ttl_ms)
-
-        def undo() -> None:
-            # An interrupted attempt may have been granted the lock, or have
-            # queued us; the cancel script undoes either (and passes the lock on).
-            LOCK_CANCEL(client, release_keys, release_args)
-
-        # The first attempt here, the wait loop only if it was refused: most
-        # acquires find the lock free, and this is the hot path.
-        try:
-            status, value = acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
-        except BaseException as exc:
-            abandon(self.name, exc, undo)
-        started = begun
-        if status == REFUSED:
-
-            def attempt() -> tuple[int, int]:
-                self._waited(args, begun)
-                return acquire_reply(LOCK_ACQUIRE(client, wire_keys, args))
-
-            status, value, started, _ = wait_turn(
-                attempt,
-                lambda: self._leave_queue(client, release_keys, release_args),
-                client=client,
-                signal_key=sigprefix + token,
-                chunk=chunk,
-                may_wait=may_wait,
-                deadline=deadline,
-                name=self.name,
-                undo=undo,
-                # without a watchdog the next attempt takes it, with the full lease
-                handoff_lease=grant_ms / 1000 if auto_renew else 0.0,
-                first=(status, value, begun),
-            )
-        if status not in (ACQUIRED, HANDED):
-            self._announce_contended(begun)
-            return value
-        holding = self._new_holding(
-            token,
-            client,
-            lease,
-            started,
-            value,
-            release_keys,
-            wire_sigprefix,
-            settings.stats_ttl_ms,
-        )
-        holding.release_args = release_args
-        if status == HANDED:  # a short first lease, which the watchdog renews soon
-            holding.lease_deadline = started + grant_ms / 1000
-        self._took(hold_key, holding)
-        if auto_renew:
-            watchdog.watch(holding)
-        # a handoff came after `started` (see wait_turn); the wait ended now
-        self._announce_acquired((time.monotonic() if status == HANDED else started) - begun, value)
-        return None
-
-    def _nest(
-        self,
-        holding: Holding,
-        client: Any,
-        keys: list[bytes],
-        sigprefix: str,
-        stats_ttl_ms: int,
-    ) -> bool:
-        """Re-enter the current holder's hold, with its lease as it stands;
-        ``False`` when Redis says it is no longer ours."""
-        lease_ms = int(holding.lease * 1000)
-        args = self._acquire_args(holding.token, lease_ms, "nest", 0, sigprefix, stats_ttl_ms)
-        with backend.translate_errors(self.name):
-            status, _ = acquire_reply(LOCK_ACQUIRE(client, keys, args))
-        if status == NOT_OURS:
-            return False
-        holding.depth += 1
-        return True
-
-    def _leave_queue(self, client: Any, keys: list[Any], args: list[Any]) -> None:
-        """Give up waiting; passes on a wake-up or a handoff that came meanwhile."""
-        with backend.translate_errors(self.name):
-            LOCK_CANCEL(client, keys, args)
+        steps = self._acquire_steps(resolved, blocking, blocking_timeout)
+        return drivers.run(steps, resolved.client)
 
     # release, extend, inspect ---------------------------------------------------------
 

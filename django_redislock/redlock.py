@@ -49,7 +49,8 @@ from .base import (
 )
 from .conf import LockSettings, get_settings
 from .exceptions import LockBackendError, LockLostError, LockNotOwnedError, LockTimeout
-from .locks import ACQUIRED, REFUSED, acquire_reply, parse_lock_value
+from .locks import ACQUIRED, acquire_reply, parse_lock_value
+from .protocol import REFUSED
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, REDLOCK_FENCE
 from .watchdog import watchdog
 

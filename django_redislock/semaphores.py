@@ -20,29 +20,27 @@ import asyncio
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from . import backend
+from . import backend, drivers, protocol
 from .base import (
     FENCE_MEMORY_MS,
-    REFUSED,
     WAITER_GRACE_MS,
     AsyncPrimitive,
     Holding,
     Primitive,
     Resolved,
     SyncPrimitive,
-    abandon,
     check_lease,
     current_pid,
     holder_description,
     new_token,
-    wait_seconds,
-    wait_turn,
 )
+from .drivers import AsyncConnection
 from .inspection import HolderInfo
+from .protocol import REFUSED, Call, Step
 from .scripts import (
     PERMIT_DESCRIBE,
     PERMIT_EXTEND,
@@ -52,9 +50,6 @@ from .scripts import (
     Script,
 )
 from .watchdog import watchdog
-
-if TYPE_CHECKING:
-    pass
 
 GRANTED, LIMIT_MISMATCH = 1, -2
 
@@ -236,6 +231,25 @@ class PermitBase(Primitive):
         release_rest = self._release_args("", resolved.sigprefix)[1:]
         return _Plan(args, release_keys, release_rest, holder, self._member_limit())
 
+    def _acquire_steps(
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> Generator[Step, Any, int | None]:
+        """Acquire (``protocol.acquire``); ``None`` when held, else the retry hint in ms."""
+        attempt = self._begin(blocking, blocking_timeout)
+        outcome = yield from protocol.acquire(
+            protocol.Attempt(
+                name=self.name,
+                call=Call(self.acquire_script, attempt.keys, attempt.args),
+                parse=permit_reply,
+                leave=Call(QUEUE_CANCEL, attempt.queue_keys, [attempt.token, attempt.sigprefix]),
+                signal_key=attempt.sigprefix + attempt.token,
+                chunk=attempt.chunk,
+                may_wait=attempt.may_wait,
+                deadline=attempt.deadline,
+            )
+        )
+        return self._finish(attempt, outcome.status, outcome.value, outcome.started)
+
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
         """Record the outcome; ``None`` when granted, else the retry hint in ms."""
         if status != GRANTED:
@@ -320,36 +334,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
         """Acquire; ``None`` when held, else the server's retry hint in ms."""
-        attempt = self._begin(blocking, blocking_timeout)
-        resolved, script = attempt.resolved, self.acquire_script
-        client, keys, args = resolved.client, resolved.wire_keys, attempt.args
-        # The first attempt here, the wait loop only if it was refused (see Lock).
-        try:
-            status, value = permit_reply(script(client, keys, args))
-        except BaseException as exc:  # it may have queued us without our knowing
-            abandon(
-                self.name, exc, (lambda: self._leave_queue(attempt)) if attempt.may_wait else None
-            )
-        started, queued = attempt.begun, False
-        if status == REFUSED:
-            status, value, started, queued = wait_turn(
-                lambda: permit_reply(script(client, keys, args)),
-                lambda: self._leave_queue(attempt),
-                client=client,
-                signal_key=attempt.sigprefix + attempt.token,
-                chunk=attempt.chunk,
-                may_wait=attempt.may_wait,
-                deadline=attempt.deadline,
-                name=self.name,
-                first=(status, value, started),
-            )
-        if status not in (GRANTED, REFUSED) and queued:
-            self._leave_queue(attempt)
-        return self._finish(attempt, status, value, started)
-
-    def _leave_queue(self, attempt: _Attempt) -> None:
-        with backend.translate_errors(self.name):
-            QUEUE_CANCEL(attempt.client, attempt.queue_keys, [attempt.token, attempt.sigprefix])
+        return drivers.run(self._acquire_steps(blocking, blocking_timeout), self._resolve().client)
 
     def release(self) -> None:
         """Return this holder's latest permit.
@@ -427,40 +412,11 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         return await self._acquire(blocking, blocking_timeout) is None
 
     async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        from .async_locks import AsyncConnection
-
-        attempt = self._begin(blocking, blocking_timeout)
-        conn = AsyncConnection(attempt.client)
-        cancel_args = [attempt.token, attempt.sigprefix]
-        queued = False
-        with backend.translate_errors(self.name):
-            try:
-                while True:
-                    started = time.monotonic()
-                    status, value = permit_reply(
-                        await conn.run(self.acquire_script, attempt.keys, attempt.args)
-                    )
-                    if status != REFUSED:
-                        break
-                    queued = attempt.may_wait
-                    deadline = attempt.deadline
-                    if not queued or (deadline is not None and time.monotonic() >= deadline):
-                        break
-                    await conn.wait_signal(
-                        attempt.sigprefix + attempt.token,
-                        wait_seconds(value, attempt.chunk, deadline),
-                    )
-                if queued and status != GRANTED:
-                    await conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args)
-            except BaseException:
-                if attempt.may_wait:  # an interrupted attempt may have queued us unawares
-                    await asyncio.shield(conn.run(QUEUE_CANCEL, attempt.queue_keys, cancel_args))
-                raise
-        return self._finish(attempt, int(status), int(value), started)
+        conn = AsyncConnection(self._resolve().client)
+        return await drivers.run_async(self._acquire_steps(blocking, blocking_timeout), conn)
 
     async def release(self) -> None:
         """Return this holder's latest permit (see ``Semaphore.release``)."""
-        from .async_locks import AsyncConnection
 
         stack = self._stack()
         if not stack:
@@ -479,7 +435,6 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
     async def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease of this holder's latest permit from now on
         (for the watchdog's renewals too; see ``Lock.extend``)."""
-        from .async_locks import AsyncConnection
 
         lease = check_lease(seconds, "seconds")
         stack = self._stack()
@@ -500,7 +455,6 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
 
     async def holders(self) -> list[HolderInfo]:
         """Every live holder (see ``Semaphore.holders``)."""
-        from .async_locks import AsyncConnection
 
         client, keys = self._describe_keys()
         with backend.translate_errors(self.name):

@@ -173,7 +173,7 @@ def test_clear_wakes_the_next_waiter() -> None:
     queued, got = threading.Event(), threading.Event()
 
     def wait() -> None:
-        with mock.patch("django_redislock.base.wait_seconds", side_effect=lambda *a: 30.0):
+        with mock.patch("django_redislock.protocol.wait_seconds", side_effect=lambda *a: 30.0):
             queued.set()
             waiter = Lock("queue", blocking_timeout=60)
             if waiter.acquire():

@@ -22,7 +22,7 @@ def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def ran_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
         result = await real_run(self, script, keys, args)
-        if script is async_locks.LOCK_ACQUIRE:
+        if script is locks.LOCK_ACQUIRE:
             raise asyncio.CancelledError
         return result
 
