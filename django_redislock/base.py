@@ -29,7 +29,7 @@ from collections.abc import Callable, Hashable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar
 
-from . import backend, signals
+from . import backend, context, signals
 from .conf import LockSettings, _wrapped_settings, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .watchdog import watchdog
@@ -137,8 +137,11 @@ def _holder_prefix(pid: int) -> str:
 
 
 def holder_description() -> str:
-    """Who holds a lock, for operators: ``host:pid:thread``."""
-    return _holder_prefix(os.getpid()) + threading.current_thread().name
+    """Who holds a lock, for operators: ``host:pid:thread``, then ``" | "`` and
+    what it runs when known (``context.current``)."""
+    who = _holder_prefix(os.getpid()) + threading.current_thread().name
+    what = context.current()
+    return who if what is None else who + context.SEPARATOR + what
 
 
 class _WaitOptions(Protocol):

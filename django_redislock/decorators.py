@@ -31,6 +31,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .async_locks import AsyncLock
 from .base import check_alias, check_name, check_seconds
+from .context import describing_request
 from .exceptions import LockTimeout
 from .locks import Lock, LockBase
 
@@ -290,7 +291,8 @@ def require_lock(
                 lock = _held_lock(AsyncLock, name, using) or AsyncLock(
                     name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
                 )
-                retry = await lock._acquire(None, None)
+                with describing_request(request):
+                    retry = await lock._acquire(None, None)
                 if retry is not None:
                     answer = contended(request, lock._timeout_error(retry))
                     return await answer if inspect.isawaitable(answer) else answer
@@ -313,7 +315,8 @@ def require_lock(
             lock = _held_lock(Lock, name, using) or Lock(
                 name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
             )
-            retry = lock._acquire(None, None)
+            with describing_request(request):
+                retry = lock._acquire(None, None)
             if retry is not None:
                 return contended(request, lock._timeout_error(retry))
             token = _held.set((*_held.get(), (name, using, lock)))
