@@ -123,6 +123,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "data_url": self._url("data"),
             "hot_url": self._url("hot"),
             "refresh_ms": REFRESH_MS,
+            # a wide table: the page takes the width the app list would
+            "is_nav_sidebar_enabled": False,
         }
         try:
             page, rows = self._page(request)

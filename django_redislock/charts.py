@@ -61,8 +61,11 @@ def lines(series: dict[str, Sequence[float | None]], title: str) -> SafeString:
     top = max((v for s in series.values() for v in s if v is not None), default=0.0)
     body = "".join(
         f'<polyline class="{css}" points="{" ".join(points)}"></polyline>'
+        if len(points) > 1
+        else f'<circle class="{css}" cx="{x}" cy="{y}" r="1.5"></circle>'
         for css, values in series.items()
         if (points := _points(values, top))
+        for x, y in [points[-1].split(",")]
     )
     return _svg(title, f'<line class="axis" x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}"/>'
                 + body)  # fmt: skip

@@ -5,18 +5,19 @@ last idle; they cannot say *when*. This module keeps, per minute, how often
 each name was acquired, waited for, timed out and lost, the time waited and a
 histogram of waits, written from the lock signals by each process:
 
-- a process adds its signals to an in-memory tally (a dict under a lock) and
-  writes the tally with one pipelined round trip at most once a second
-  (``FLUSH_SECONDS``), from whichever acquire comes after that second, and
-  at exit; the acquire scripts on the hot path are unchanged;
+- a process adds its signals to an in-memory tally (a dict under a lock), and
+  a daemon thread of its own writes the tally with one pipelined round trip
+  once a second (``FLUSH_SECONDS``) and at exit: a receiver never does I/O,
+  so a slow or cut-off Redis never delays a lock, its watchdog or the other
+  receivers; the acquire scripts on the hot path are unchanged;
 - a minute is one hash, ``<prefix>:{~hot}:minute:<unix minute>``, with fields
   ``<name>\\x1f<counter>`` (names cannot hold control characters), kept for
   ``KEEP_SECONDS`` (65 minutes).
 
-Trade-offs: a process's last second reaches Redis with its next acquire or
-at exit; minutes are the process's wall clock; every minute of every name is
-in one hash, which sits in one hash slot on Redis Cluster. Recording is on
-with ``REDISLOCK["STATS"]`` (see ``apps.py``) and off with it.
+Trade-offs: a process killed with ``SIGKILL`` loses its last second; minutes
+are the process's wall clock; every minute of every name is in one hash,
+which sits in one hash slot on Redis Cluster. Recording is on with
+``REDISLOCK["STATS"]`` (see ``apps.py``) and off with it.
 """
 
 from __future__ import annotations
@@ -54,66 +55,99 @@ def bucket(waited_ms: float) -> int:
     return bisect.bisect_left(WAIT_BUCKETS_MS, waited_ms)
 
 
+#: Field names of a tally entry: the counters, then the wait histogram's buckets.
+FIELDS = (*COUNTERS, *(f"w{i}" for i in range(len(WAIT_BUCKETS_MS) + 1)))
+_ACQUIRED, _WAITS, _TIMEOUTS, _LOST, _WAIT_MS = range(len(COUNTERS))
+_HISTOGRAM = len(COUNTERS)
+
+
 class Recorder:
-    """The in-process tally, flushed to Redis at most once a second."""
+    """The in-process tally, flushed to Redis at most once a second.
+
+    A tally entry is a list of counts per ``(minute, name)``, in ``FIELDS``
+    order: recording an acquire is a few list increments (about a
+    microsecond), and field names are built only when flushing.
+    """
 
     def __init__(
         self,
         connect: Callable[[], tuple[Any, str]],
         clock: Callable[[], float] = time.time,
+        *,
+        background: bool = True,
     ) -> None:
         self._connect = connect
         self._clock = clock
-        self._lock = threading.Lock()
-        self._tally: Counter[tuple[int, str]] = Counter()
-        self._flushed = clock()
+        self._background = background
+        self.reset()
 
     def reset(self) -> None:
-        """Forget the tally (a forked child must not write its parent's)."""
+        """Forget the tally and the flushing thread (a forked child must not
+        write its parent's tally, and has no thread until it records)."""
         self._lock = threading.Lock()
-        self._tally = Counter()
+        self._tally: dict[tuple[int, str], list[int]] = {}
+        self._thread: threading.Thread | None = None
 
-    def _add(self, name: str, **counts: int) -> None:
+    def _record(self, name: str, updates: tuple[tuple[int, int], ...]) -> None:
         if not get_settings().stats:
             return
-        now = self._clock()
-        minute = int(now // 60)
+        key = (int(self._clock() // 60), name)
         with self._lock:
-            for counter, n in counts.items():
-                if n:
-                    self._tally[minute, f"{name}{SEP}{counter}"] += n
-            due = now - self._flushed >= FLUSH_SECONDS
-        if due:
+            entry = self._tally.get(key)
+            if entry is None:
+                entry = self._tally[key] = [0] * len(FIELDS)
+            for index, n in updates:
+                entry[index] += n
+            if self._thread is None and self._background:
+                self._thread = threading.Thread(
+                    target=self._run, name="django_redislock.hot", daemon=True
+                )
+                self._thread.start()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            time.sleep(FLUSH_SECONDS)
+            if self._thread is not me:  # reset(), or this is a forked child's copy
+                return
             self.flush()
 
     def acquired(self, sender: Any, name: str, waited: float = 0.0, **_: Any) -> None:
-        waited_ms = max(0.0, waited * 1000)
-        self._add(
-            name,
-            acquired=1,
-            waits=int(waited_ms >= 1),
-            wait_ms=round(waited_ms),
-            **{f"w{bucket(waited_ms)}": 1},
-        )
+        waited_ms = waited * 1000 if waited > 0 else 0.0
+        if waited_ms < 1:
+            self._record(name, ((_ACQUIRED, 1), (_HISTOGRAM + bucket(waited_ms), 1)))
+        else:
+            self._record(
+                name,
+                (
+                    (_ACQUIRED, 1),
+                    (_WAITS, 1),
+                    (_WAIT_MS, round(waited_ms)),
+                    (_HISTOGRAM + bucket(waited_ms), 1),
+                ),
+            )
 
     def contended(self, sender: Any, name: str, waited: float = 0.0, **_: Any) -> None:
         """A waiter gave up: a wait, and a timeout."""
-        self._add(name, waits=1, timeouts=1, wait_ms=round(max(0.0, waited) * 1000))
+        waited_ms = round(max(0.0, waited) * 1000)
+        self._record(name, ((_WAITS, 1), (_TIMEOUTS, 1), (_WAIT_MS, waited_ms)))
 
     def lost(self, sender: Any, name: str, **_: Any) -> None:
-        self._add(name, lost=1)
+        self._record(name, ((_LOST, 1),))
 
     def flush(self) -> None:
         with self._lock:
-            tally, self._tally = self._tally, Counter()
-            self._flushed = self._clock()
+            tally, self._tally = self._tally, {}
         if not tally:
             return
         try:
             client, prefix = self._connect()
             pipe = client.pipeline(transaction=False)
-            for (minute, field_name), n in tally.items():
-                pipe.hincrby(minute_key(prefix, minute), field_name, n)
+            for (minute, name), counts in tally.items():
+                key = minute_key(prefix, minute)
+                for field_name, n in zip(FIELDS, counts, strict=True):
+                    if n:
+                        pipe.hincrby(key, f"{name}{SEP}{field_name}", n)
             for minute in {minute for minute, _ in tally}:
                 pipe.expire(minute_key(prefix, minute), KEEP_SECONDS)
             pipe.execute()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from typing import Any
 
@@ -19,18 +20,19 @@ class Clock:
 
 
 def recorder(client: redis.Redis, clock: Clock) -> hot.Recorder:
-    return hot.Recorder(lambda: (client, "redislock"), clock)
+    return hot.Recorder(lambda: (client, "redislock"), clock, background=False)
 
 
-def test_tally_is_written_at_most_once_a_second(redis_client: redis.Redis) -> None:
+def test_tally_is_written_by_one_pipelined_flush(redis_client: redis.Redis) -> None:
     clock = Clock(6000.0)  # minute 100
     rec = recorder(redis_client, clock)
     rec.acquired(None, name="sku:1", waited=0.0)
     rec.acquired(None, name="sku:1", waited=0.3)
+    rec.contended(None, name="sku:1", waited=2.0)
     key = hot.minute_key("redislock", 100)
-    assert not redis_client.exists(key)  # not a second yet
-    clock.now += 1.0
-    rec.contended(None, name="sku:1", waited=2.0)  # this one flushes all three
+    assert not redis_client.exists(key)  # receivers never write
+    redis_client.config_resetstat()
+    rec.flush()
     fields = {k.decode(): int(v) for k, v in redis_client.hgetall(key).items()}
     assert fields == {
         "sku:1\x1facquired": 2,
@@ -41,6 +43,20 @@ def test_tally_is_written_at_most_once_a_second(redis_client: redis.Redis) -> No
         f"sku:1\x1fw{hot.bucket(300)}": 1,
     }
     assert 0 < redis_client.ttl(key) <= hot.KEEP_SECONDS
+    stats = redis_client.info("commandstats")
+    assert stats["cmdstat_hincrby"]["calls"] == 6
+    assert stats["cmdstat_expire"]["calls"] == 1
+
+
+def test_the_background_thread_writes_within_seconds(redis_client: redis.Redis) -> None:
+    rec = hot.Recorder(lambda: (redis_client, "redislock"))
+    rec.lost(None, name="gone")
+    key = hot.minute_key("redislock", int(time.time() // 60))
+    deadline = time.monotonic() + 20
+    while not redis_client.hget(key, "gone\x1flost"):
+        assert time.monotonic() < deadline, "the tally was never written"
+        time.sleep(0.05)
+    rec.reset()  # its thread ends
 
 
 def test_reset_forgets_the_parents_tally(redis_client: redis.Redis) -> None:

@@ -102,8 +102,10 @@
           item.appendChild(span("runs", w.runs));
           item.appendChild(document.createTextNode(" "));
         }
-        const who = whoText(w);
-        item.appendChild(span("who", (who ? who + " · " : "") + w.waited.toFixed(1) + "s"));
+        if (w.host) {
+          item.title = whoText(w);
+        }
+        item.appendChild(span("who", (w.thread ? w.thread + " · " : "") + w.waited.toFixed(1) + "s"));
         list.appendChild(item);
       });
       cell.appendChild(list);
@@ -163,7 +165,7 @@
         tr.appendChild(countersCell(row));
       }
       if (data.can_release) {
-        const actions = td("actions", "");
+        const actions = td("release", "");
         const link = document.createElement("a");
         link.className = "button";
         link.href = row.release_url;
