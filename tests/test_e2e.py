@@ -305,6 +305,14 @@ def test_dashboard_under_shop_load(tmp_path: Path, redis_url: str, browser: Any)
                 )
                 name = "dashboard.png" if scheme == "light" else "dashboard-dark.png"
                 screenshot(page, name, docs=True)
+            # the open page swaps in a fresh hot-names panel every third refresh
+            page = pages["light"]
+            page.wait_for_function(
+                "() => document.getElementById('redislock-hot-body').dataset.refreshed",
+                timeout=20_000,
+            )
+            assert page.locator('#redislock-hot-table tr[data-name="sku:1"]').count() == 1
+            for page in pages.values():
                 page.close()
         finally:
             output = load.communicate(timeout=60)[0].decode()
