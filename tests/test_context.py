@@ -103,3 +103,21 @@ def test_management_command(
     monkeypatch.delitem(sys.modules, "celery", raising=False)
     monkeypatch.setattr(sys, "argv", argv)
     assert current() == expected
+
+
+def test_middleware_in_an_async_stack(redis_client: redis.Redis) -> None:
+    import asyncio
+
+    from django_redislock import AsyncLock
+
+    seen: list[str] = []
+
+    async def view(request: object) -> HttpResponse:
+        async with AsyncLock("async-report"):
+            seen.append(holder_of(redis_client, "async-report"))
+        return HttpResponse()
+
+    middleware = HolderContextMiddleware(view)
+    response = asyncio.run(middleware(RequestFactory().get("/async/")))
+    assert response.status_code == 200
+    assert split(seen[0])[1] == "GET /async/"
