@@ -172,6 +172,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def hot_view(self, request: HttpRequest) -> HttpResponse:
         """The hot-names panel alone, for the page's periodic refresh."""
         self._check_view(request)
+        return require_GET(self._hot)(request)
+
+    def _hot(self, request: HttpRequest) -> HttpResponse:
         try:
             context = self._hot_context(request)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:

@@ -386,6 +386,7 @@ def test_hot_names_panel_ranks_and_charts(admin_client: Client) -> None:
     assert body.count('<svg class="redislock-chart"') == 2
     assert '<rect class="bar"' in body
     assert 'data-name="hot:a"' in fragment  # an unknown order falls back to waits
+    assert admin_client.post(DASHBOARD + "hot/").status_code == 405
 
 
 @pytest.mark.slow
