@@ -419,3 +419,22 @@ def test_page_and_search_over_100k_held_names(
     assert sum(s["calls"] for c, s in stats.items() if c in per_name) <= 3 * 210 + 60
     for command in ("cmdstat_evalsha", "cmdstat_scan"):
         assert stats[command]["usec_per_call"] < 2000, stats[command]
+
+
+@pytest.mark.scaleout
+def test_dashboard_on_a_redis_cluster(admin_client: Client, cluster_settings: Any) -> None:
+    from django.apps import apps
+
+    from django_redislock import Semaphore
+
+    recorder = apps.get_app_config("django_redislock").hot_recorder
+    with Lock("sku:1") as lock, Semaphore("pool", 2):
+        assert not Lock("sku:1").acquire(blocking_timeout=0.05)
+        recorder.flush()  # the per-minute history, on the cluster too
+        fence = lock.fencing_token
+        rows = admin_client.get(DATA).json()["results"]
+        body = admin_client.get(DASHBOARD, {"order": "timeouts"}).content.decode()
+    assert [(r["name"], r["kind"]) for r in rows] == [("pool", "semaphore"), ("sku:1", "lock")]
+    assert rows[1]["fencing_token"] == fence
+    assert all(0 <= r["held_for"] < 30 for r in rows)
+    assert '<tr data-name="sku:1">' in body  # a hot name
