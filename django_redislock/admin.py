@@ -26,7 +26,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 from . import backend, charts, dashboard, inspection
 from .conf import get_settings
 from .models import HeldLock
-from .ops import OpsError, Page, check_name_arg, connect, describe_error, holder_data
+from .ops import OpsError, Page, check_name_arg, connect, describe_error
 
 #: Rows per dashboard page.
 PER_PAGE = 100
@@ -237,6 +237,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             info = kind.describe(client, prefix, name)
             if info is not None and request.method == "POST":
                 released = kind.clear(client, prefix, name)
+            now = dashboard.server_time(client)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             messages.error(request, self._error(exc))
             return HttpResponseRedirect(changelist)
@@ -258,7 +259,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             **self._base_context(request),
             "title": _("Force-release %(kind)s") % {"kind": kind.kind},
             "info": info,
-            "holders": holder_data(info),
+            "holders": dashboard.holders(info, now),
             "changelist_url": changelist,
         }
         return TemplateResponse(request, "admin/django_redislock/confirm_release.html", context)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import backend, context, hot, inspection
-from .ops import Page
+from .ops import Page, holder_data
 
 #: Waiters listed per row (the count is always complete).
 WAITERS_SHOWN = 5
@@ -84,6 +84,15 @@ def waiters(
     ]
 
 
+def holders(info: inspection.HeldInfo, now: float) -> list[dict[str, Any]]:
+    """``ops.holder_data`` plus each holder's context and ``held_for`` at ``now``."""
+    found = holder_data(info)
+    for data, holder in zip(found, info.holders, strict=True):
+        data.update(who(holder.holder))
+        data["held_for"] = None if holder.since is None else round(now - holder.since, 1)
+    return found
+
+
 def rows(page: Page, client: Any, prefix: str) -> list[dict[str, Any]]:
     """The page's rows as JSON-ready dicts: ``ops.info_data`` plus each holder's
     context and age (``held_for``) and the first waiters with theirs."""
@@ -93,9 +102,7 @@ def rows(page: Page, client: Any, prefix: str) -> list[dict[str, Any]]:
     lines = waiters(client, prefix, [(found[i]["name"], found[i]["kind"]) for i in queued], now=now)
     by_row = dict(zip(queued, lines, strict=True))
     for i, (row, info) in enumerate(zip(found, page.infos, strict=True)):
-        for data, holder in zip(row["holders"], info.holders, strict=True):
-            data.update(who(holder.holder))
-            data["held_for"] = None if holder.since is None else round(now - holder.since, 1)
+        row["holders"] = holders(info, now)
         row["held_for"] = max(
             (h["held_for"] for h in row["holders"] if h["held_for"] is not None), default=None
         )

@@ -152,6 +152,10 @@ def test_release_needs_confirmation_then_post(redis_client: redis.Redis) -> None
     assert confirm.status_code == 200
     assert lock.owned()  # GET only asks
     body = confirm.content.decode()
+    assert re.search(
+        r"&middot; pid \d+ &middot; MainThread &middot; held for \d+\.\ds &middot; fencing token",
+        body,
+    )
     assert 'method="post"' in body
     assert "csrfmiddlewaretoken" in body
     # a POST without the CSRF token is refused
