@@ -78,7 +78,7 @@ class Recorder:
     ) -> None:
         self._connect = connect
         self._clock = clock
-        self._background = background
+        self.background = background  # start the flushing thread on the first record
         self.reset()
 
     def reset(self) -> None:
@@ -98,7 +98,7 @@ class Recorder:
                 entry = self._tally[key] = [0] * len(FIELDS)
             for index, n in updates:
                 entry[index] += n
-            if self._thread is None and self._background:
+            if self._thread is None and self.background:
                 self._thread = threading.Thread(
                     target=self._run, name="django_redislock.hot", daemon=True
                 )
