@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlencode
 
+import django
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
 from django.core.exceptions import PermissionDenied
@@ -18,18 +19,26 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonRes
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 
-from . import backend, inspection
+from . import audit, backend, charts, dashboard, inspection
 from .conf import get_settings
 from .models import HeldLock
-from .ops import OpsError, Page, check_name_arg, connect, describe_error, holder_data
+from .ops import OpsError, Page, check_name_arg, connect, describe_error
 
 #: Rows per dashboard page.
 PER_PAGE = 100
 #: How often the page refreshes from the server, in milliseconds.
 REFRESH_MS = 3000
 RELEASE_PERMISSION = "django_redislock.release_lock"
+#: Force-releases are logged here (INFO), beside the admin's ``LogEntry``.
+ORDER_LABELS = {
+    "waits": gettext_lazy("waits"),
+    "timeouts": gettext_lazy("timeouts"),
+    "lost": gettext_lazy("lost leases"),
+    "wait_ms": gettext_lazy("wait time"),
+}
 
 
 def _page_number(request: HttpRequest) -> int:
@@ -63,14 +72,15 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return [
             path("", view(self.dashboard_view), name="{}_{}_changelist".format(*info)),
             path("data/", view(self.data_view), name="{}_{}_data".format(*info)),
+            path("hot/", view(self.hot_view), name="{}_{}_hot".format(*info)),
             path("release/", view(self.release_view), name="{}_{}_release".format(*info)),
         ]
 
     # views ----------------------------------------------------------------------
 
-    def _page(self, request: HttpRequest) -> Page:
+    def _page(self, request: HttpRequest) -> tuple[Page, list[dict[str, Any]]]:
         client, prefix = connect()
-        return Page(
+        page = Page(
             client,
             prefix,
             query=request.GET.get("q", "").strip(),
@@ -78,6 +88,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             per_page=PER_PAGE,
             counters=get_settings().stats,
         )
+        rows = dashboard.rows(page, client, prefix)
+        for row in rows:
+            row["release_url"] = self._release_url(row["name"], row["kind"])
+        return page, rows
 
     @staticmethod
     def _error(exc: BaseException) -> str:
@@ -87,41 +101,83 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not self.has_view_permission(request):
             raise PermissionDenied
 
+    def _base_context(self, request: HttpRequest) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "breadcrumbs_as_list": django.VERSION >= (6, 1),
+        }
+
     def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        """The page; with Redis unreachable, the error and nothing else."""
         self._check_view(request)
         query = request.GET.get("q", "").strip()
-        page: Page | None = None
-        error = None
-        counters_enabled = False
-        try:
-            page = self._page(request)
-            counters_enabled = get_settings().stats
-        except (OpsError, *backend.BACKEND_ERRORS) as exc:
-            error = self._error(exc)
-        can_release = request.user.has_perm(RELEASE_PERMISSION)
-        rows = page.rows() if page else []
-        for row in rows:
-            row["release_url"] = self._release_url(row["name"], row["kind"])
         context = {
-            **self.admin_site.each_context(request),
+            **self._base_context(request),
             "title": _("Held locks"),
-            "opts": self.opts,
-            "page": page,
-            "rows": rows,
             "query": query,
-            "error": error,
-            "can_release": can_release,
+            "error": None,
+            "can_release": request.user.has_perm(RELEASE_PERMISSION),
             "data_url": self._url("data"),
+            "hot_url": self._url("hot"),
             "refresh_ms": REFRESH_MS,
-            "counters_enabled": counters_enabled,
-            "previous_url": self._page_url(query, page.number - 1)
-            if page and page.number > 1
-            else None,
-            "next_url": self._page_url(query, page.number + 1)
-            if page and page.number < page.pages
-            else None,
+            # a wide table: the page takes the width the app list would
+            "is_nav_sidebar_enabled": False,
         }
+        try:
+            page, rows = self._page(request)
+            context.update(self._hot_context(request))
+        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+            context["error"] = self._error(exc)
+            return TemplateResponse(request, "admin/django_redislock/dashboard.html", context)
+        context.update(
+            page=page,
+            rows=rows,
+            counters_enabled=get_settings().stats,
+            previous_url=self._page_url(query, page.number - 1) if page.number > 1 else None,
+            next_url=self._page_url(query, page.number + 1) if page.number < page.pages else None,
+        )
         return TemplateResponse(request, "admin/django_redislock/dashboard.html", context)
+
+    def _hot_context(self, request: HttpRequest) -> dict[str, Any]:
+        """The hot-names panel: window and order from the query string."""
+        window = dashboard.choice(request.GET.get("window"), dashboard.WINDOWS, 15)
+        order = dashboard.choice(request.GET.get("order"), dashboard.ORDERS, "waits")
+        client, prefix = connect()
+        hot = [
+            {
+                "name": entry.name,
+                "totals": entry.totals,
+                "acquired_chart": charts.bars(
+                    entry.acquired, _("Acquisitions per minute of %s") % entry.name
+                ),
+                "wait_chart": charts.lines(
+                    {"p50": entry.p50_ms, "p95": entry.p95_ms},
+                    _("Wait p50 and p95 per minute of %s") % entry.name,
+                ),
+                "peak_p95": max((v for v in entry.p95_ms if v is not None), default=None),
+            }
+            for entry in dashboard.hot_panel(client, prefix, window=window, order=order)
+        ]
+        return {
+            "hot": hot,
+            "window": window,
+            "order": order,
+            "windows": dashboard.WINDOWS,
+            "orders": list(ORDER_LABELS.items()),
+        }
+
+    def hot_view(self, request: HttpRequest) -> HttpResponse:
+        """The hot-names panel alone, for the page's periodic refresh."""
+        self._check_view(request)
+        return require_GET(self._hot)(request)
+
+    def _hot(self, request: HttpRequest) -> HttpResponse:
+        try:
+            context = self._hot_context(request)
+        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+            context = {"hot_error": self._error(exc)}
+        return TemplateResponse(request, "admin/django_redislock/hot.html", context)
 
     @staticmethod
     def _page_url(query: str, number: int) -> str:
@@ -145,12 +201,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _data(self, request: HttpRequest) -> HttpResponse:
         try:
-            page = self._page(request)
+            page, rows = self._page(request)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             return JsonResponse({"error": self._error(exc)}, status=503)
-        rows = page.rows()
-        for row in rows:
-            row["release_url"] = self._release_url(row["name"], row["kind"])
         return JsonResponse(
             {
                 "count": page.count,
@@ -182,6 +235,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             info = kind.describe(client, prefix, name)
             if info is not None and request.method == "POST":
                 released = kind.clear(client, prefix, name)
+            now = dashboard.server_time(client)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             messages.error(request, self._error(exc))
             return HttpResponseRedirect(changelist)
@@ -200,11 +254,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
             return HttpResponseRedirect(changelist)
         context = {
-            **self.admin_site.each_context(request),
+            **self._base_context(request),
             "title": _("Force-release %(kind)s") % {"kind": kind.kind},
-            "opts": self.opts,
             "info": info,
-            "holders": holder_data(info),
+            "holders": dashboard.holders(info, now),
             "changelist_url": changelist,
         }
         return TemplateResponse(request, "admin/django_redislock/confirm_release.html", context)
@@ -214,6 +267,13 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         message = (
             f"Force-released {info.kind} (fencing token {info.fencing_token}, "
             f"holders: {holders}, released {released})"
+        )
+        audit.log_force_release(
+            info.name,
+            kind=info.kind,
+            who=request.user.get_username(),
+            where=f"admin, {request.META.get('REMOTE_ADDR') or 'unknown address'}",
+            holders=[h.holder for h in info.holders],
         )
         obj = HeldLock(name=info.name)
         user_id = request.user.pk

@@ -11,3 +11,6 @@ class RedisLockConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401 - registers the system checks
+        from .hot import install
+
+        self.hot_recorder = install()

@@ -28,6 +28,7 @@ from django.http import HttpRequest, HttpResponseBase
 
 from . import responses
 from .async_locks import AsyncLock
+from .context import describing_request
 from .exceptions import LockBackendError, LockTimeout
 from .locks import Lock
 from .transactions import hand_over
@@ -257,7 +258,8 @@ def require_lock(
                     name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
                 )
                 try:
-                    retry = await lock._acquire(None, None)
+                    with describing_request(request):
+                        retry = await lock._acquire(None, None)
                 except LockBackendError as exc:
                     answer = unavailable(request, exc)
                     return await answer if inspect.isawaitable(answer) else answer
@@ -280,7 +282,8 @@ def require_lock(
             # the holder is the thread: a nested call for the same name re-enters
             lock = Lock(name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
             try:
-                retry = lock._acquire(None, None)
+                with describing_request(request):
+                    retry = lock._acquire(None, None)
             except LockBackendError as exc:
                 return unavailable(request, exc)
             if retry is not None:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend, signals
+from . import backend, context, signals
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
@@ -45,8 +45,11 @@ def _holder_prefix(pid: int) -> str:
 
 
 def holder_description() -> str:
-    """Who holds a lock, for operators: ``host:pid:thread``."""
-    return _holder_prefix(os.getpid()) + threading.current_thread().name
+    """Who holds a lock, for operators: ``host:pid:thread``, then ``" | "`` and
+    what it runs when known (``context.current``)."""
+    who = _holder_prefix(os.getpid()) + threading.current_thread().name
+    what = context.current()
+    return who if what is None else who + context.SEPARATOR + what
 
 
 def new_token() -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from . import backend
@@ -68,6 +68,7 @@ SCRIPT_BATCH = 100
 class LockKind:
     kind = "lock"
     main_part = "lock"
+    prefix = ""  # of the queue parts
 
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
         return self.describe_many(client, prefix, [name])[0]
@@ -116,6 +117,7 @@ class LockKind:
             ttl=pttl / 1000.0 if pttl >= 0 else None,
             fencing_token=state.fencing_token,
             count=state.count,
+            since=state.since,
         )
         return HeldInfo(
             name=name,
@@ -176,7 +178,14 @@ class _PermitKind:
         from .scripts import PERMIT_DESCRIBE
 
         reply = PERMIT_DESCRIBE(client, self._keys(prefix, name)[:2], [])
-        holders = parse_holders(reply, mode_from_token=self.kind == "rwlock")
+        holders = [
+            replace(holder, since=_member_since(as_text(member)))
+            for holder, member in zip(
+                parse_holders(reply, mode_from_token=self.kind == "rwlock"),
+                reply[1::2],
+                strict=False,
+            )
+        ]
         if not holders:
             return None
         limit = parse_member(as_text(reply[1]))[2]
@@ -195,6 +204,11 @@ class _PermitKind:
 
         sigprefix = backend.key(prefix, name, "signal:")
         return int(PERMIT_CLEAR(client, self._keys(prefix, name), [sigprefix]))
+
+
+def _member_since(member: str) -> float | None:
+    since = member.split(":", 4)[3:4]
+    return int(since[0]) / 1000.0 if since and since[0].isdigit() else None
 
 
 class SemaphoreKind(_PermitKind):

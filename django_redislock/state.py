@@ -58,6 +58,7 @@ class HolderInfo:
     fencing_token: int | None = None
     count: int = 1  # reentrant depth
     mode: str | None = None  # "read" / "write" for read-write locks
+    since: float | None = None  # the holder's wall clock at acquire, in seconds
 
 
 def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[HolderInfo]:

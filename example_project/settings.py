@@ -35,6 +35,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Describe every lock a request takes by its method and path (the dashboard's "holder").
+    "django_redislock.context.HolderContextMiddleware",
 ]
 
 ROOT_URLCONF = "example_project.urls"

@@ -13,6 +13,7 @@ from django.urls import reverse
 
 from django_redislock import Lock, LockLostError
 from tests import lockfill
+from tests.holders import OtherThread
 
 pytestmark = pytest.mark.django_db
 
@@ -152,6 +153,10 @@ def test_release_needs_confirmation_then_post(redis_client: redis.Redis) -> None
     assert confirm.status_code == 200
     assert lock.owned()  # GET only asks
     body = confirm.content.decode()
+    assert re.search(
+        r"&middot; pid \d+ &middot; MainThread &middot; held for \d+\.\ds &middot; fencing token",
+        body,
+    )
     assert 'method="post"' in body
     assert "csrfmiddlewaretoken" in body
     # a POST without the CSRF token is refused
@@ -237,7 +242,9 @@ def test_other_kinds_show_holders_limit_and_mode(
     redis_client.set("redislock:{pool}:fakesem", "x")
     body = admin_client.get(DASHBOARD).content.decode()
     row = admin_client.get(DATA).json()["results"][0]
-    assert '<td class="holders">2/5: web-1:1:T, web-2:2:T (read)</td>' in body
+    assert '<td class="kind">semaphore <span class="quiet">2/5</span></td>' in body
+    assert '<span class="who">web-1 · pid 1 · T</span>' in body
+    assert '<span class="who">web-2 · pid 2 · T (read)</span>' in body
     assert (row["kind"], row["limit"], row["waiters"]) == ("semaphore", 5, 4)
     response = admin_client.post(RELEASE, {"name": "pool", "kind": "semaphore"})
     assert response.status_code == 302
@@ -252,3 +259,190 @@ def test_invalid_settings_are_reported_not_a_500(admin_client: Client) -> None:
     assert "django_redislock.E006" in body
     assert data.status_code == 503
     assert "E006" in data.json()["error"]
+
+
+def test_rows_show_held_for_holder_context_and_waiters(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    import threading
+    import time
+
+    from django_redislock.context import describe_holder
+
+    holder = Lock("sku:5", timeout=60, auto_renew=False)
+    with describe_holder("POST /shop/buy/5/"):
+        holder.acquire()
+    got: list[bool] = []
+
+    def wait() -> None:
+        with describe_holder("task shop.tasks.restock"):
+            waiter = Lock("sku:5", timeout=60, blocking_timeout=30, auto_renew=False)
+            got.append(waiter.acquire())
+        waiter.release()
+
+    thread = threading.Thread(target=wait, name="restocker")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not redis_client.zcard("redislock:{sku:5}:queue"):
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.01)
+        row = admin_client.get(DATA).json()["results"][0]
+        body = admin_client.get(DASHBOARD).content.decode()
+    finally:
+        holder.release()
+        thread.join(30)
+    assert got == [True]
+    (data,) = row["holders"]
+    assert data["runs"] == "POST /shop/buy/5/"
+    assert data["thread"] == "MainThread"
+    assert data["pid"].isdigit()
+    assert 0 <= row["held_for"] < 30
+    assert row["waiters"] == 1
+    (queued,) = row["queue"]
+    assert (queued["position"], queued["runs"], queued["thread"]) == (
+        1,
+        "task shop.tasks.restock",
+        "restocker",
+    )
+    assert 0 <= queued["waited"] < 30
+    assert '<th scope="col">Held for</th>' in body
+    assert '<span class="runs">POST /shop/buy/5/</span>' in body
+    assert re.search(
+        r'<li value="1" title="[^"]+ · pid \d+ · restocker">'
+        r'<span class="runs">task shop.tasks.restock</span> <span class="who">restocker · ',
+        body,
+    )
+
+
+def test_redis_down_shows_the_error_and_nothing_else(admin_client: Client) -> None:
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches):
+        body = admin_client.get(DASHBOARD).content.decode()
+        hot = admin_client.get(DASHBOARD + "hot/").content.decode()
+    assert "Redis is unreachable or failed" in body
+    for absent in ("Nothing is held", "redislock-table", "Hot names", "held</p>"):
+        assert absent not in body
+    assert "Redis is unreachable or failed" in hot
+
+
+@pytest.mark.parametrize(("version", "markup"), [((6, 0), '<div class="breadcrumbs">'),
+                                                 ((6, 1), '<ol class="breadcrumbs">')])  # fmt: skip
+def test_breadcrumbs_match_the_admin_of_each_django(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch, version: tuple[int, int], markup: str
+) -> None:
+    import django
+
+    monkeypatch.setattr(django, "VERSION", (*version, 0, "final", 0))
+    with Lock("crumbs", auto_renew=False) as lock:
+        bodies = [
+            admin_client.get(DASHBOARD).content.decode(),
+            admin_client.get(RELEASE, {"name": "crumbs", "kind": "lock"}).content.decode(),
+        ]
+        assert lock.owned()
+    for body in bodies:
+        assert markup in body
+
+
+def test_admin_force_release_is_logged(
+    admin_client: Client, caplog: pytest.LogCaptureFixture
+) -> None:
+    lock = Lock("stuck:9", auto_renew=False)
+    lock.acquire()
+    with caplog.at_level("INFO", logger="django_redislock"):
+        response = admin_client.post(
+            RELEASE, {"name": "stuck:9", "kind": "lock"}, REMOTE_ADDR="10.1.2.3"
+        )
+    assert response.status_code == 302
+    (record,) = [r for r in caplog.records if r.name.startswith("django_redislock")]
+    assert record.name == "django_redislock.audit"
+    assert record.levelname == "INFO"
+    assert record.getMessage().startswith("Force-released lock 'stuck:9' held by ")
+    assert record.getMessage().endswith("; released by admin from admin, 10.1.2.3.")
+    assert LogEntry.objects.get().object_repr == "stuck:9"  # the LogEntry stays
+    with pytest.raises(LockLostError):
+        lock.release()
+
+
+def test_hot_names_panel_ranks_and_charts(admin_client: Client, other_thread: OtherThread) -> None:
+    from django.apps import apps
+
+    recorder = apps.get_app_config("django_redislock").hot_recorder
+    recorder.flush()
+    for _ in range(3):
+        with Lock("hot:a"):
+            assert not other_thread(Lock("hot:a").acquire, blocking_timeout=0.05)
+    with Lock("hot:b"):
+        pass
+    recorder.flush()
+    body = admin_client.get(DASHBOARD, {"window": "5", "order": "timeouts"}).content.decode()
+    fragment = admin_client.get(DASHBOARD + "hot/", {"order": "bogus"}).content.decode()
+    assert 'id="redislock-hot"' in body
+    assert '<option value="5" selected>' in body
+    assert '<option value="timeouts" selected>' in body
+    assert re.search(
+        r'<tr data-name="hot:a">\s*<td class="name">hot:a</td>\s*'
+        r'<td class="num">3</td>\s*<td class="num">3</td>\s*<td class="num">3</td>',
+        body,
+    ), body[body.find("redislock-hot-table") :][:800]
+    assert 'data-name="hot:b"' not in body  # never contended
+    assert body.count('<svg class="redislock-chart"') == 2
+    assert '<rect class="bar"' in body
+    assert 'data-name="hot:a"' in fragment  # an unknown order falls back to waits
+    assert admin_client.post(DASHBOARD + "hot/").status_code == 405
+
+
+@pytest.mark.slow
+def test_page_and_search_over_100k_held_names(
+    admin_client: Client, redis_client: redis.Redis, real_redis: None
+) -> None:
+    import time
+
+    count = 100_000
+    lockfill.fill(redis_client, count)
+    redis_client.config_resetstat()
+    started = time.monotonic()
+    page = admin_client.get(DATA, {"page": 7}).json()
+    found = admin_client.get(DATA, {"q": "bulk:04242"}).json()
+    body = admin_client.get(DASHBOARD, {"q": "bulk:0999"}).content.decode()
+    took = time.monotonic() - started
+    assert (page["count"], page["pages"], len(page["results"])) == (count, 1000, 100)
+    assert page["results"][0]["name"] == "bulk:000600"
+    assert [r["name"] for r in found["results"]] == [f"bulk:04242{i}" for i in range(10)]
+    assert "100 held" in body
+    print(f"three dashboard requests over 100k names: {took:.2f}s")
+    assert took < 60, f"three dashboard requests over 100k names took {took:.1f}s"
+    stats = redis_client.info("commandstats")
+    assert "cmdstat_keys" not in stats
+    # three requests, each one SCAN ... COUNT 1000 pass per kind, then O(page) reads
+    assert stats["cmdstat_scan"]["calls"] <= 3 * 3 * (count // 1000 + 5)
+    per_name = {"cmdstat_get", "cmdstat_pttl", "cmdstat_hgetall", "cmdstat_zcard"}
+    # GET + PTTL (inside the scripts) and the counters' HGETALL of the 210 names
+    # shown, and one HGETALL per minute of the hot-names panel's hour
+    assert sum(s["calls"] for c, s in stats.items() if c in per_name) <= 3 * 210 + 60
+    for command in ("cmdstat_evalsha", "cmdstat_scan"):
+        assert stats[command]["usec_per_call"] < 2000, stats[command]
+
+
+@pytest.mark.scaleout
+def test_dashboard_on_a_redis_cluster(
+    admin_client: Client, cluster_settings: Any, other_thread: OtherThread
+) -> None:
+    from django.apps import apps
+
+    from django_redislock import Semaphore
+
+    recorder = apps.get_app_config("django_redislock").hot_recorder
+    with Lock("sku:1") as lock, Semaphore("pool", 2):
+        assert not other_thread(Lock("sku:1").acquire, blocking_timeout=0.05)
+        recorder.flush()  # the per-minute history, on the cluster too
+        fence = lock.fencing_token
+        rows = admin_client.get(DATA).json()["results"]
+        body = admin_client.get(DASHBOARD, {"order": "timeouts"}).content.decode()
+    assert [(r["name"], r["kind"]) for r in rows] == [("pool", "semaphore"), ("sku:1", "lock")]
+    assert rows[1]["fencing_token"] == fence
+    assert all(0 <= r["held_for"] < 30 for r in rows)
+    assert '<tr data-name="sku:1">' in body  # a hot name

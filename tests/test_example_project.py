@@ -61,3 +61,32 @@ def test_oversell_demo_rejects_bad_arguments(tmp_path: Path) -> None:
     assert result.returncode == 1
     assert "--workers must be at least 1" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_shop_load_runs_buyers_on_the_embedded_redis(tmp_path: Path) -> None:
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    assert manage(tmp_path, "seed_shop").returncode == 0
+    result = manage(tmp_path, "shop_load", "--seconds", "2", "--buyers", "3", "--think-ms", "50")
+    assert result.returncode == 0, result.stderr
+    assert "using an embedded fakeredis server" in result.stderr
+    assert "3 buyers for 2 s" in result.stdout
+    assert "[##############################]" in result.stdout  # the progress bar ends full
+    done = re.search(r"^Done: (\d+) bought, (\d+) answered 423\.$", result.stdout, re.MULTILINE)
+    assert done, result.stdout
+    assert int(done.group(1)) > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--seconds", "0"), "--seconds must be between 0 and 3600, not 0."),
+        (("--buyers", "100"), "--buyers must be between 1 and 64, not 100."),
+    ],
+)
+def test_shop_load_rejects_bad_arguments(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    result = manage(tmp_path, "shop_load", *args)
+    assert result.returncode == 1
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -25,3 +25,17 @@ def test_clear_is_literal_and_holder_learns(redis_client: redis.Redis) -> None:
     assert other.owned()
     assert not star.owned()
     other.release()
+
+
+def test_holders_carry_since_for_held_for(redis_client: redis.Redis) -> None:
+    import time
+
+    from django_redislock import Semaphore
+
+    before = time.time()
+    with Lock("held"), Semaphore("pool", 2):
+        lock = describe(redis_client, "redislock", "held")[0].holders[0]
+        permit = describe(redis_client, "redislock", "pool")[0].holders[0]
+    for holder in (lock, permit):
+        assert holder.since is not None
+        assert before - 1 <= holder.since <= time.time() + 1

@@ -7,4 +7,5 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("buy/<int:pk>/", views.buy, name="buy"),
     path("orders/", views.orders, name="orders"),
+    path("load/", views.start_load, name="load"),
 ]

@@ -1,14 +1,20 @@
 from __future__ import annotations
 
+import time
+
 from django.contrib import messages
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from django_redislock import InsufficientStock, require_lock
+from django_redislock import InsufficientStock, Semaphore, require_lock
 
+from . import load
 from .models import SKU, Order
+
+#: Longest simulated payment a buyer may ask for (``think_ms``), in ms.
+MAX_THINK_MS = 2000
 
 
 def index(request: HttpRequest) -> HttpResponse:
@@ -23,8 +29,13 @@ def buy(request: HttpRequest, pk: int) -> HttpResponse:
     ``deduct()`` guards the stock itself, until the order is committed."""
     sku = get_object_or_404(SKU, pk=pk)
     buyer = request.user.get_username() if request.user.is_authenticated else "guest"
+    think = request.POST.get("think_ms", "")
+    think_ms = min(int(think), MAX_THINK_MS) if think.isdigit() else 0
     try:
         with transaction.atomic():
+            if think_ms:  # a slow payment provider that takes two calls at a time
+                with Semaphore("payment-provider", 2, timeout=10):
+                    time.sleep(think_ms / 1000)
             sku.deduct(1)
             Order.objects.create(sku=sku, quantity=1, buyer=buyer)
     except InsufficientStock:
@@ -37,3 +48,15 @@ def buy(request: HttpRequest, pk: int) -> HttpResponse:
 def orders(request: HttpRequest) -> HttpResponse:
     recent = Order.objects.select_related("sku")[:100]
     return render(request, "shop/orders.html", {"orders": recent})
+
+
+@require_POST
+def start_load(request: HttpRequest) -> HttpResponse:
+    """The shop page's button: ``shop_load`` for a minute, inside this server."""
+    if load.start_in_background(seconds=60, buyers=8):
+        messages.success(
+            request, "8 buyers are shopping for 60 s: watch /admin/django_redislock/heldlock/."
+        )
+    else:
+        messages.info(request, "A load run is already going.")
+    return redirect("shop:index")

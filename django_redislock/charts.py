@@ -1,0 +1,71 @@
+"""Small inline SVG charts for the dashboard, rendered on the server.
+
+No script and no chart library: a chart is a few ``<rect>`` or ``<polyline>``
+elements whose colours come from CSS classes (``dashboard.css``), so they
+follow the admin's light and dark themes. Only numbers are interpolated into
+the markup; the accessible title is escaped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString, mark_safe
+
+WIDTH = 180
+HEIGHT = 32
+
+
+def _svg(title: str, body: str) -> SafeString:
+    return format_html(
+        '<svg class="redislock-chart" viewBox="0 0 {} {}" width="{}" height="{}" role="img">'
+        "<title>{}</title>{}</svg>",
+        WIDTH,
+        HEIGHT,
+        WIDTH,
+        HEIGHT,
+        title,
+        mark_safe(body),  # numbers and fixed class names only
+    )
+
+
+def bars(values: Sequence[int], title: str) -> SafeString:
+    """One bar per value (per minute), scaled to the largest."""
+    top = max(values, default=0) or 1
+    step = WIDTH / max(len(values), 1)
+    body = "".join(
+        f'<rect class="bar" x="{i * step:.1f}" y="{HEIGHT - h:.1f}" '
+        f'width="{max(step - 0.5, 0.5):.1f}" height="{h:.1f}"></rect>'
+        for i, value in enumerate(values)
+        if (h := HEIGHT * value / top) > 0
+    )
+    return _svg(title, f'<line class="axis" x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}"/>'
+                + body)  # fmt: skip
+
+
+def _points(values: Sequence[float | None], top: float) -> list[str]:
+    step = WIDTH / max(len(values) - 1, 1)
+    scale = math.log1p(top) or 1.0
+    return [
+        f"{i * step:.1f},{HEIGHT - 1 - (HEIGHT - 2) * math.log1p(v) / scale:.1f}"
+        for i, v in enumerate(values)
+        if v is not None
+    ]
+
+
+def lines(series: dict[str, Sequence[float | None]], title: str) -> SafeString:
+    """One polyline per named series (the name is its CSS class), on a log scale
+    shared by all series, so a p95 of seconds and a p50 of a millisecond both show."""
+    top = max((v for s in series.values() for v in s if v is not None), default=0.0)
+    body = "".join(
+        f'<polyline class="{css}" points="{" ".join(points)}"></polyline>'
+        if len(points) > 1
+        else f'<circle class="{css}" cx="{x}" cy="{y}" r="1.5"></circle>'
+        for css, values in series.items()
+        if (points := _points(values, top))
+        for x, y in [points[-1].split(",")]
+    )
+    return _svg(title, f'<line class="axis" x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}"/>'
+                + body)  # fmt: skip

@@ -1,0 +1,64 @@
+"""Run concurrent buyers against the shop, so the lock dashboard shows real load."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from example_project.shop import load
+
+BAR = 30
+
+
+class Command(BaseCommand):
+    help = (
+        "Run concurrent buyers against the shop's buy view for a while, so the admin's "
+        "Held locks dashboard shows holders, queues, hot names and charts."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--seconds", type=float, default=60.0, help="How long to run.")
+        parser.add_argument("--buyers", type=int, default=8, help="Concurrent buyer threads.")
+        parser.add_argument(
+            "--think-ms",
+            type=int,
+            default=150,
+            help="Simulated payment time inside each purchase's lock (ms).",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        seconds, buyers, think_ms = options["seconds"], options["buyers"], options["think_ms"]
+        if not 0 < seconds <= 3600:
+            raise CommandError(f"--seconds must be between 0 and 3600, not {seconds:g}.")
+        if not 1 <= buyers <= 64:
+            raise CommandError(f"--buyers must be between 1 and 64, not {buyers}.")
+        if not 0 <= think_ms <= 2000:
+            raise CommandError(f"--think-ms must be between 0 and 2000, not {think_ms}.")
+        where = settings.CACHES["default"]["LOCATION"]
+        self.stdout.write(
+            f"{buyers} buyers for {seconds:g} s against {where}; "
+            "watch /admin/django_redislock/heldlock/"
+        )
+        tty = sys.stdout.isatty()
+        shown: list[int] = []
+
+        def progress(elapsed: float, tally: load.Tally) -> None:
+            done = int(BAR * elapsed / seconds)
+            line = f"[{'#' * done}{'.' * (BAR - done)}] {elapsed:5.1f}/{seconds:g} s  "
+            line += tally.summary()
+            if tty:
+                self.stdout.write("\r" + line, ending="")
+            elif done // 10 not in shown:  # a line per third when not a terminal
+                shown.append(done // 10)
+                self.stdout.write(line)
+
+        try:
+            tally = load.run(seconds=seconds, buyers=buyers, think_ms=think_ms, progress=progress)
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        if tty:
+            self.stdout.write("")
+        self.stdout.write(self.style.SUCCESS(f"Done: {tally.summary()}."))

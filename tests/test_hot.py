@@ -1,0 +1,104 @@
+"""Per-minute history for the hot-names panel: recording, reading, ranking."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+import redis
+
+from django_redislock import hot
+
+
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def recorder(client: redis.Redis, clock: Clock) -> hot.Recorder:
+    return hot.Recorder(lambda: (client, "redislock"), clock, background=False)
+
+
+def test_tally_is_written_by_one_pipelined_flush(redis_client: redis.Redis) -> None:
+    clock = Clock(6000.0)  # minute 100
+    rec = recorder(redis_client, clock)
+    rec.acquired(None, name="sku:1", waited=0.0)
+    rec.acquired(None, name="sku:1", waited=0.3)
+    rec.contended(None, name="sku:1", waited=2.0)
+    key = hot.minute_key("redislock", 100)
+    assert not redis_client.exists(key)  # receivers never write
+    redis_client.config_resetstat()
+    rec.flush()
+    fields = {k.decode(): int(v) for k, v in redis_client.hgetall(key).items()}
+    assert fields == {
+        "sku:1\x1facquired": 2,
+        "sku:1\x1fwaits": 2,
+        "sku:1\x1ftimeouts": 1,
+        "sku:1\x1fwait_ms": 2300,
+        "sku:1\x1fw0": 1,
+        f"sku:1\x1fw{hot.bucket(300)}": 1,
+    }
+    assert 0 < redis_client.ttl(key) <= hot.KEEP_SECONDS
+    stats = redis_client.info("commandstats")
+    assert stats["cmdstat_hincrby"]["calls"] == 6
+    assert stats["cmdstat_expire"]["calls"] == 1
+
+
+def test_the_background_thread_writes_within_seconds(redis_client: redis.Redis) -> None:
+    rec = hot.Recorder(lambda: (redis_client, "redislock"))
+    rec.lost(None, name="gone")
+    key = hot.minute_key("redislock", int(time.time() // 60))
+    deadline = time.monotonic() + 20
+    while not redis_client.hget(key, "gone\x1flost"):
+        assert time.monotonic() < deadline, "the tally was never written"
+        time.sleep(0.05)
+    rec.reset()  # its thread ends
+
+
+def test_reset_forgets_the_parents_tally(redis_client: redis.Redis) -> None:
+    rec = recorder(redis_client, Clock(6000.0))
+    rec.lost(None, name="x")
+    rec.reset()
+    rec.flush()
+    assert not redis_client.exists(hot.minute_key("redislock", 100))
+
+
+def test_a_redis_failure_never_reaches_the_lock() -> None:
+    def broken() -> tuple[Any, str]:
+        raise redis.ConnectionError("down")
+
+    rec = hot.Recorder(broken, Clock(0.0))
+    rec.lost(None, name="x")
+    rec.flush()  # logged at DEBUG, not raised
+
+
+def test_percentiles_are_bucket_bounds() -> None:
+    waits = Counter({"w0": 90, f"w{hot.bucket(150)}": 9, f"w{hot.bucket(4000)}": 1})
+    assert hot.percentile(waits, 0.5) == 1
+    assert hot.percentile(waits, 0.95) == 200
+    assert hot.percentile(waits, 1.0) == 5000
+    assert hot.percentile(Counter(), 0.5) is None
+
+
+def test_ranking_over_a_window_with_hourly_series(redis_client: redis.Redis) -> None:
+    clock = Clock(60 * 1000.0)
+    rec = recorder(redis_client, clock)
+    for _ in range(5):  # ten minutes ago: "old" was hot
+        rec.contended(None, name="old", waited=1.0)
+    clock.now += 600
+    rec.acquired(None, name="new", waited=0.01)
+    rec.flush()
+    history = hot.read(redis_client, "redislock", clock.now, minutes=60)
+    assert len(history) == 60
+    assert [h.name for h in hot.hot_names(history, window=5, order="waits")] == ["new"]
+    ranked = hot.hot_names(history, window=15, order="waits")
+    assert [(h.name, h.totals["waits"]) for h in ranked] == [("old", 5), ("new", 1)]
+    new = ranked[1]
+    assert len(new.acquired) == len(new.p95_ms) == 60
+    assert new.acquired[-1] == 1
+    assert new.p50_ms[-1] == 10
+    assert new.p95_ms[:-1] == [None] * 59
