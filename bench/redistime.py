@@ -24,7 +24,9 @@ import collections
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 #: The bench's own bookkeeping commands, never part of a cycle.
 OWN_COMMANDS = frozenset({"config", "info"})
@@ -122,11 +124,12 @@ class RedisTime:
         }
 
 
-def measured(client: Any, into: RedisTime, cycles: int, run: Callable[[], Any]) -> Any:
-    """Run ``run()`` between a reset and a read of the server's statistics."""
+def measured(client: Any, into: RedisTime, run: Callable[[], tuple[T, int]]) -> T:
+    """Run ``run()`` (returning a result and its cycle count) between a reset
+    and a read of the server's statistics, which go ``into`` the contender's total."""
     reset(client)
     with count_sent() as sent:
-        result = run()
+        result, cycles = run()
     into.add(server_stats(client), sent, cycles)
     return result
 

@@ -59,6 +59,12 @@ def timed(
     return cycles / elapsed, (cpu + server_after - server_before) / cycles / 1000
 
 
+def _counted(
+    cycle: Callable[[], None], cycles: int, server_pid: int | None
+) -> tuple[tuple[float, float | None], int]:
+    return timed(cycle, cycles, server_pid), cycles
+
+
 def make_cycle(client: Any, lib: str, mode: str, name: str) -> Callable[[], None]:
     if mode == "per_use":
         return LIBRARIES[lib].per_use(client, name)
