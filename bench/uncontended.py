@@ -116,12 +116,8 @@ def measure_mode(
         cpu: dict[str, float | None] = {}
         for lib in rotated(libs, round_no):
             cycle = make_cycle(client, lib, mode, f"bench:u:{mode}:{lib}:{round_no}")
-            rate[lib], cpu[lib] = measured(
-                client,
-                samples[lib].redis,
-                cycles,
-                functools.partial(timed, cycle, cycles, server_pid),
-            )
+            run = functools.partial(_counted, cycle, cycles, server_pid)
+            rate[lib], cpu[lib] = measured(client, samples[lib].redis, run)
             samples[lib].rates.append(rate[lib])
         for lib in libs:
             cycle_cpu, raw_cpu = cpu[lib], cpu.get(FLOOR)
