@@ -17,19 +17,14 @@ import weakref
 from typing import Any
 
 from . import backend, drivers
-from .base import (
-    AsyncPrimitive,
-    Holding,
-    check_lease,
-    current_pid,
-)
+from .base import AsyncPrimitive
 from .drivers import AsyncConnection
 from .holders import Registry, current_task, task_registry
-from .locks import (
-    LockBase,
-    parse_lock_value,
-)
+from .holding import Holding, current_pid
+from .locks import LockBase
 from .scripts import LOCK_EXTEND, LOCK_RELEASE
+from .state import parse_lock_value
+from .validation import check_lease
 
 logger = logging.getLogger(__name__)
 

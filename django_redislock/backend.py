@@ -12,12 +12,8 @@ reversible for display.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import inspect
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -27,12 +23,12 @@ import redis.cluster
 import redis.connection
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
 from .exceptions import LockBackendError
 
 if TYPE_CHECKING:
-    from .scripts import Script
+    pass
 
 #: The longest a single blocking Redis command may wait when the connection has
 #: no socket timeout; waits longer than this are split, which is also the
@@ -212,217 +208,3 @@ def blpop(client: Any, key: str | bytes, timeout: float) -> tuple[bytes, bytes] 
     """``BLPOP`` of one list: ``(key, value)``, or ``None`` when ``timeout`` passed."""
     reply = client.blpop([key], timeout=timeout)
     return None if reply is None else (reply[0], reply[1])
-
-
-# --- asyncio clients ---------------------------------------------------------
-
-_ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
-    redis.connection.Connection: redis.asyncio.connection.Connection,
-    redis.connection.SSLConnection: redis.asyncio.connection.SSLConnection,
-    redis.connection.UnixDomainSocketConnection: (
-        redis.asyncio.connection.UnixDomainSocketConnection
-    ),
-}
-
-
-#: Connection arguments that are objects of the sync client (its parser class; redis-py >= 7
-#: adds maintenance-notification handlers there); the asyncio pool makes its own.
-_NOT_MIRRORED = frozenset({"retry", "redis_connect_func", "self", "parser_class"})
-_SYNC_ONLY_PREFIXES = ("maint_notifications", "oss_cluster_maint_notifications", "orig_")
-
-
-class _LoopClients:
-    """One event loop's asyncio clients, closed while that loop shuts down.
-
-    ``asyncio.run`` and asgiref's ``async_to_sync`` finalise a loop's async
-    generators before closing it; one generator per loop, parked at its
-    ``yield``, closes the clients' connections there. Without it a loop per
-    call (async views under WSGI) would leak a loop and a Redis connection
-    per call.
-    """
-
-    def __init__(self, owner: _AsyncClients, loop: asyncio.AbstractEventLoop) -> None:
-        self.clients: dict[int, tuple[Any, Any]] = {}
-        self.retired: list[Any] = []
-        closer = self._close_at_shutdown(owner, loop)
-        self._closer = closer
-        self._started = loop.create_task(self._start(closer))
-
-    @staticmethod
-    async def _start(closer: AsyncIterator[None]) -> None:
-        await closer.__anext__()  # first iteration registers it with the loop
-
-    async def _close_at_shutdown(
-        self, owner: _AsyncClients, loop: asyncio.AbstractEventLoop
-    ) -> AsyncIterator[None]:
-        try:
-            yield
-        finally:
-            owner._forget(loop, self)
-            for client in [*(c for _, c in self.clients.values()), *self.retired]:
-                with contextlib.suppress(Exception):
-                    await client.connection_pool.disconnect()
-
-
-class _AsyncClients:
-    """asyncio clients mirroring sync pools, one per (event loop, pool).
-
-    asyncio connections belong to the loop that opened them. A loop's clients
-    are closed and forgotten when the loop shuts down (see ``_LoopClients``);
-    a loop closed without that step is forgotten the next time a loop needs a
-    client, and its sockets close when it is garbage collected.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_loop: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
-
-    def get(self, sync_client: Any) -> Any | None:
-        pool = getattr(sync_client, "connection_pool", None)
-        if pool is None:  # Redis Cluster: a pool per node, no asyncio mirror here
-            return None
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            entry = self._by_loop.get(loop)
-            found = entry.clients.get(id(pool)) if entry is not None else None
-            if found is not None and found[0] is pool:
-                return found[1]
-        client = self._build(pool)
-        if client is None:
-            return None
-        # No await since the lookup: no other task of this loop got in between.
-        with self._lock:
-            entry = self._by_loop.get(loop)
-            if entry is None:
-                for closed in [other for other in self._by_loop if other.is_closed()]:
-                    del self._by_loop[closed]
-                entry = self._by_loop[loop] = _LoopClients(self, loop)
-            replaced = entry.clients.get(id(pool))
-            if replaced is not None:  # a pool that was replaced (new settings)
-                entry.retired.append(replaced[1])
-            entry.clients[id(pool)] = (pool, client)
-        return client
-
-    def _forget(self, loop: asyncio.AbstractEventLoop, entry: _LoopClients) -> None:
-        with self._lock:
-            if self._by_loop.get(loop) is entry:
-                del self._by_loop[loop]
-
-    def loops(self) -> int:
-        """How many event loops have clients now (for tests and soaks)."""
-        return len(self._by_loop)
-
-    @staticmethod
-    def _build(pool: Any) -> Any | None:
-        if type(pool) is not redis.connection.ConnectionPool:
-            return None  # Sentinel, Cluster, custom pools: the caller falls back
-        async_class = _ASYNC_CONNECTION_CLASSES.get(pool.connection_class)
-        if async_class is None:
-            return None
-        accepted = set(inspect.signature(async_class.__init__).parameters)
-        for base in async_class.__mro__[1:]:
-            init = base.__dict__.get("__init__")
-            if init is not None:
-                accepted |= set(inspect.signature(init).parameters)
-        kwargs = {
-            k: v
-            for k, v in pool.connection_kwargs.items()
-            if k in accepted and k not in _NOT_MIRRORED and not k.startswith(_SYNC_ONLY_PREFIXES)
-        }
-        async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
-        return redis.asyncio.Redis(connection_pool=async_pool)
-
-
-_async_clients = _AsyncClients()
-
-
-def get_async_client(sync_client: Any) -> Any | None:
-    """An asyncio client to the same server as ``sync_client``, or ``None``.
-
-    ``None`` means the topology has no asyncio mirror here; callers then run the
-    synchronous client in a worker thread.
-    """
-    return _async_clients.get(sync_client)
-
-
-# --- one script on several independent servers at once (Redlock) -------------
-
-
-def run_on_all(
-    clients: list[Any],
-    script: Script,
-    keys: Sequence[str | bytes],
-    args: list[Any],
-    *,
-    timeout: float | None,
-) -> list[Any]:
-    """Run ``script`` on every client concurrently; one result or exception each.
-
-    The request is written to every server before any reply is read, so N
-    servers cost about one round trip, without threads. A reply that has not
-    arrived ``timeout`` seconds after the requests were sent counts as a
-    ``redis.TimeoutError`` (its connection is dropped, so a late reply can never
-    be read as the answer to a later command). Clients without a plain
-    connection pool (Sentinel, Cluster) are called one after the other.
-    """
-    results: list[Any] = [None] * len(clients)
-    pending: list[tuple[int, Any, Any, Any]] = []
-    for index, client in enumerate(clients):
-        pool = getattr(client, "connection_pool", None)
-        if type(pool) is not redis.connection.ConnectionPool:
-            results[index] = _run_one(client, script, keys, args)
-            continue
-        try:
-            conn: Any = _pool_connection(pool)
-        except BACKEND_ERRORS as exc:
-            results[index] = exc
-            continue
-        try:
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except BACKEND_ERRORS as exc:
-            conn.disconnect()
-            pool.release(conn)
-            results[index] = exc
-            continue
-        pending.append((index, client, pool, conn))
-    sent = time.monotonic()
-    for index, client, pool, conn in pending:
-        # A stalled server may cost at most its own socket timeout, never the
-        # whole ``timeout``: the healthy majority's answers are still in time.
-        limit = _reply_limit(timeout, pool.connection_kwargs.get("socket_timeout"))
-        retry = False
-        try:
-            if limit is not None and not conn.can_read(
-                timeout=max(0.0, sent + limit - time.monotonic())
-            ):
-                raise redis.TimeoutError(f"no reply within {limit:.3f}s")
-            results[index] = conn.read_response()
-        except NoScriptError:
-            retry = True
-        except BACKEND_ERRORS as exc:
-            conn.disconnect()
-            results[index] = exc
-        finally:
-            pool.release(conn)
-        if retry:  # first use of the script on this server
-            results[index] = _run_one(client, script, keys, args)
-    return results
-
-
-def _reply_limit(timeout: float | None, socket_timeout: float | None) -> float | None:
-    limits = [t for t in (timeout, socket_timeout) if t]
-    return min(limits) if limits else None
-
-
-def _pool_connection(pool: Any) -> Any:
-    try:
-        return pool.get_connection()
-    except TypeError:  # redis-py < 5.3 requires a command name
-        return pool.get_connection("EVALSHA")
-
-
-def _run_one(client: Any, script: Script, keys: Sequence[str | bytes], args: list[Any]) -> Any:
-    try:
-        return script(client, keys, args)
-    except BACKEND_ERRORS as exc:
-        return exc

@@ -28,10 +28,10 @@ from django.http import HttpRequest, HttpResponseBase
 
 from . import responses
 from .async_locks import AsyncLock
-from .base import check_alias, check_name, check_seconds
 from .exceptions import LockBackendError, LockTimeout
 from .locks import Lock
 from .transactions import hand_over
+from .validation import check_alias, check_name, check_seconds
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import backend
+from . import async_clients, backend
 from .protocol import Call, Step
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class AsyncConnection:
 
     def __init__(self, sync_client: Any) -> None:
         self.sync = sync_client
-        self.aio = backend.get_async_client(sync_client)
+        self.aio = async_clients.get_async_client(sync_client)
         self._cancels_before = _cancel_requests()
 
     async def run(self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:

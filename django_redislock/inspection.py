@@ -13,24 +13,10 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from . import backend
-
-if TYPE_CHECKING:
-    from .locks import LockState
-
-
-@dataclass(frozen=True)
-class HolderInfo:
-    """One holder of a primitive."""
-
-    token: str
-    holder: str  # host:pid:thread, as the holder described itself
-    ttl: float | None  # seconds left on its lease
-    fencing_token: int | None = None
-    count: int = 1  # reentrant depth
-    mode: str | None = None  # "read" / "write" for read-write locks
+from .state import HolderInfo, LockState, as_text, parse_holders, parse_lock_value, parse_member
 
 
 @dataclass(frozen=True)
@@ -93,7 +79,6 @@ class LockKind:
         call per batch (pipelined per name on Cluster), then ZCARD only for the
         few locks whose value says waiters may be queued. Each read is O(1) and
         a batch is a few hundred names, so no command blocks the server."""
-        from .locks import parse_lock_value
         from .scripts import INSPECT_LOCKS
 
         keys = [backend.key(prefix, name, "lock") for name in names]
@@ -189,7 +174,6 @@ class _PermitKind:
 
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
         from .scripts import PERMIT_DESCRIBE
-        from .semaphores import as_text, parse_holders, parse_member
 
         reply = PERMIT_DESCRIBE(client, self._keys(prefix, name)[:2], [])
         holders = parse_holders(reply, mode_from_token=self.kind == "rwlock")

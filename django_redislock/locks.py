@@ -20,25 +20,16 @@ import logging
 import threading
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from . import backend, drivers, protocol
-from .base import (
-    FENCE_MEMORY_MS,
-    WAITER_GRACE_MS,
-    Holding,
-    Primitive,
-    Resolved,
-    SyncPrimitive,
-    check_lease,
-    current_pid,
-    holder_description,
-    new_token,
-)
+from .base import FENCE_MEMORY_MS, WAITER_GRACE_MS, Primitive, Resolved, SyncPrimitive
 from .holders import Registry, thread_registry
+from .holding import Holding, current_pid, holder_description, new_token
 from .protocol import HANDED, HELD, REFUSED, Call, Step
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
+from .state import parse_lock_value
+from .validation import check_lease
 from .watchdog import watchdog
 
 logger = logging.getLogger(__name__)
@@ -61,42 +52,6 @@ def acquire_reply(reply: int) -> tuple[int, int]:
 
 #: Why a hold found gone when its holder acquired the name again is lost.
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
-
-
-@dataclass(frozen=True)
-class LockState:
-    """A held lock as stored in Redis (see ``scripts/_lock_value.lua``)."""
-
-    token: str
-    waiters: bool
-    count: int
-    fencing_token: int
-    lease: float
-    since: float
-    holder: str
-
-
-def parse_lock_value(value: bytes | str | None) -> LockState | None:
-    """Decode a lock key's value; ``None`` for a missing or foreign value."""
-    if value is None:
-        return None
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-    parts = text.split(":", 6)
-    if len(parts) != 7:
-        return None
-    token, waiters, count, fence, lease, since, holder = parts
-    try:
-        return LockState(
-            token=token,
-            waiters=waiters == "1",
-            count=int(count),
-            fencing_token=int(fence),
-            lease=int(lease) / 1000.0,
-            since=int(since) / 1000.0,
-            holder=holder,
-        )
-    except ValueError:
-        return None
 
 
 class LockBase(Primitive):

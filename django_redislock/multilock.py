@@ -22,10 +22,10 @@ import time
 from collections.abc import Iterable
 from types import TracebackType
 
-from .base import check_alias, check_bool, check_lease, check_name, check_seconds
 from .conf import get_settings
 from .exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
 from .locks import Lock
+from .validation import check_alias, check_bool, check_lease, check_name, check_seconds
 
 
 class MultiLock:

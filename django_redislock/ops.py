@@ -14,9 +14,9 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 from . import backend, inspection
-from .base import check_name
 from .conf import get_settings
 from .inspection import HeldInfo
+from .validation import check_name
 
 
 class OpsError(Exception):

@@ -34,24 +34,16 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import backend, signals
-from .base import (
-    FENCE_MEMORY_MS,
-    Holding,
-    check_bool,
-    check_lease,
-    check_name,
-    check_seconds,
-    current_pid,
-    holder_description,
-    new_token,
-    wait_budget,
-)
+from . import backend, fanout, signals
+from .base import FENCE_MEMORY_MS
 from .conf import LockSettings, get_settings
 from .exceptions import LockBackendError, LockLostError, LockNotOwnedError, LockTimeout
-from .locks import ACQUIRED, acquire_reply, parse_lock_value
+from .holding import Holding, current_pid, holder_description, new_token
+from .locks import ACQUIRED, acquire_reply
 from .protocol import REFUSED
 from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, REDLOCK_FENCE
+from .state import parse_lock_value
+from .validation import check_bool, check_lease, check_name, check_seconds, wait_budget
 from .watchdog import watchdog
 
 logger = logging.getLogger(__name__)
@@ -125,7 +117,7 @@ class RedlockHolding(Holding):
         lost); ``LockBackendError`` when too few answered to tell.
         """
         started = time.monotonic()
-        results = backend.run_on_all(
+        results = fanout.run_on_all(
             self.clients,
             LOCK_EXTEND,
             [self.lock_key],
@@ -280,7 +272,7 @@ class Redlock:
         while True:
             started = time.monotonic()
             try:
-                results = backend.run_on_all(
+                results = fanout.run_on_all(
                     clients, LOCK_ACQUIRE, keys, args, timeout=reply_timeout(lease, allowance)
                 )
             except BaseException:  # interrupted mid-way: undo wherever it may have landed
@@ -362,7 +354,7 @@ class Redlock:
         ]
         if touched:
             try:
-                backend.run_on_all(
+                fanout.run_on_all(
                     touched, LOCK_RELEASE, [keys[0], keys[2], keys[3]], [token, ""], timeout=1.0
                 )
             except Exception as exc:  # best effort: the leases run out by themselves
@@ -387,7 +379,7 @@ class Redlock:
         if holding is None:
             return None
         if holding.fencing_token is None:
-            results = backend.run_on_all(
+            results = fanout.run_on_all(
                 holding.clients,
                 REDLOCK_FENCE,
                 [holding.lock_key, holding.fence_key],
@@ -417,7 +409,7 @@ class Redlock:
         self._local.holding = None
         holding.releasing = True
         watchdog.unwatch(holding)
-        results = backend.run_on_all(
+        results = fanout.run_on_all(
             holding.clients,
             LOCK_RELEASE,
             holding.keys,

@@ -20,9 +20,9 @@ from typing import Any
 
 from .base import Primitive
 from .exceptions import LockTimeout
-from .inspection import HolderInfo
+from .permits import AsyncPermitPrimitive, PermitBase, PermitPrimitive
 from .scripts import RWLOCK_ACQUIRE, RWLOCK_RELEASE
-from .semaphores import AsyncPermitPrimitive, PermitBase, PermitPrimitive
+from .state import HolderInfo
 
 _PARTS = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
 

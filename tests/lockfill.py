@@ -11,7 +11,7 @@ import secrets
 from typing import Any
 
 from django_redislock import backend
-from django_redislock.locks import parse_lock_value
+from django_redislock.state import parse_lock_value
 
 
 def lock_value(token: str, fence: int, lease_ms: int, holder: str) -> str:

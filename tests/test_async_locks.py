@@ -18,7 +18,7 @@ from django_redislock import (
 )
 from django_redislock import signals as lock_signals
 from django_redislock.async_locks import AsyncConnection
-from django_redislock.locks import parse_lock_value
+from django_redislock.state import parse_lock_value
 from tests.signals_helper import capture
 
 T = TypeVar("T")
@@ -45,9 +45,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     """Run on the asyncio mirror pool and on the worker-thread fallback (``aio=None``),
     which is what Sentinel and Cluster topologies use."""
     if request.param == "thread":
-        monkeypatch.setattr(
-            "django_redislock.async_locks.backend.get_async_client", lambda client: None
-        )
+        monkeypatch.setattr("django_redislock.async_clients.get_async_client", lambda client: None)
     return str(request.param)
 
 

@@ -24,7 +24,7 @@ def test_async_lock_round_trip_through_the_native_asyncio_client() -> None:
 
 def test_a_loop_per_call_leaks_neither_connections_nor_loops(redis_client: Any) -> None:
     """Async views under WSGI run each request in a new event loop (async_to_sync)."""
-    from django_redislock import backend
+    from django_redislock import async_clients
 
     async def once(i: int) -> None:
         async with AsyncLock(f"loop:{i}", timeout=5):
@@ -35,4 +35,4 @@ def test_a_loop_per_call_leaks_neither_connections_nor_loops(redis_client: Any) 
     for i in range(10):
         asyncio.run(once(i))
     assert redis_client.info("clients")["connected_clients"] <= connected
-    assert backend._async_clients.loops() == 0
+    assert async_clients._async_clients.loops() == 0

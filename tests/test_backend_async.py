@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from django_redislock import AsyncLock, backend
+from django_redislock import AsyncLock, async_clients, backend
 
 
 def test_async_mirror_of_the_django_redis_pool_answers() -> None:
@@ -13,7 +13,7 @@ def test_async_mirror_of_the_django_redis_pool_answers() -> None:
     an asyncio connection made every async call fail."""
 
     async def main() -> bool:
-        client = backend.get_async_client(backend.get_client("default"))
+        client = async_clients.get_async_client(backend.get_client("default"))
         assert client is not None
         pong = bool(await client.ping())
         async with AsyncLock("mirror"):

@@ -13,9 +13,9 @@ import time
 import redis
 
 from django_redislock import AsyncLock, Lock
-from django_redislock.locks import parse_lock_value
 from django_redislock.protocol import handoff_fresh
 from django_redislock.scripts import LOCK_ACQUIRE, LOCK_CANCEL
+from django_redislock.state import parse_lock_value
 from tests.test_lock_waits import wait_for_queue
 
 KEY = "redislock:{{{}}}:{}"

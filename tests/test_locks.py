@@ -16,7 +16,7 @@ from django_redislock import (
     LockTimeout,
 )
 from django_redislock import signals as lock_signals
-from django_redislock.locks import parse_lock_value
+from django_redislock.state import parse_lock_value
 from tests.holders import OtherThread
 from tests.signals_helper import capture
 

@@ -35,7 +35,7 @@ from django_redislock import (
     inspection,
 )
 from django_redislock import backend as lock_backend
-from django_redislock.base import MAX_NAME_LENGTH
+from django_redislock.validation import MAX_NAME_LENGTH
 from tests.holders import OtherThread
 from tests.settings import redis_cache
 

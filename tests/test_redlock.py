@@ -18,12 +18,12 @@ from django_redislock import (
     LockNotOwnedError,
     LockTimeout,
     Redlock,
+    fanout,
 )
-from django_redislock import backend as lock_backend
 from django_redislock import signals as lock_signals
-from django_redislock.locks import parse_lock_value
 from django_redislock.redlock import drift, quorum
 from django_redislock.scripts import LOCK_ACQUIRE
+from django_redislock.state import parse_lock_value
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
 from tests.procs import processes
 from tests.settings import redis_cache
@@ -283,7 +283,7 @@ def test_interrupted_acquire_leaves_nothing_held(
     redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C after the servers granted it, before the holder knew: all undone."""
-    real = lock_backend.run_on_all
+    real = fanout.run_on_all
     interrupted: list[bool] = []
 
     def run_then_interrupt(*args: Any, **kwargs: Any) -> list[Any]:
@@ -293,7 +293,7 @@ def test_interrupted_acquire_leaves_nothing_held(
             raise KeyboardInterrupt
         return results
 
-    monkeypatch.setattr(lock_backend, "run_on_all", run_then_interrupt)
+    monkeypatch.setattr(fanout, "run_on_all", run_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         Redlock("interrupted").acquire()
     assert interrupted

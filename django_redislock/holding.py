@@ -1,0 +1,191 @@
+"""A holding: one holder's claim on a primitive, and who the holder is.
+
+A holding carries the holder's unguessable token, its nesting depth, its
+fencing token and lease; the watchdog renews it, and it reports its own loss
+(``lock_lost``, a WARNING log line). Holdings belong to one thread (sync) or
+one task (async) of one process (``holders.py``); a holding seen from another
+process (after ``fork()``) is ignored, so a child never releases or renews its
+parent's claim.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from . import backend, signals
+from .watchdog import watchdog
+
+if TYPE_CHECKING:
+    from .scripts import Script
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+#: The process's id, asked anew each time: fork-time hooks do not run
+#: everywhere (uWSGI without ``py-call-osafterfork``).
+current_pid = os.getpid
+
+
+@functools.cache
+def _holder_prefix(pid: int) -> str:
+    return f"{_hostname()}:{pid}:"
+
+
+def holder_description() -> str:
+    """Who holds a lock, for operators: ``host:pid:thread``."""
+    return _holder_prefix(os.getpid()) + threading.current_thread().name
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+class Holding:
+    """One holder's claim; also what the watchdog renews."""
+
+    __slots__ = (
+        "__weakref__",
+        "acquired_at",
+        "active",
+        "client",
+        "depth",
+        "fencing_token",
+        "holder",
+        "keys",
+        "kind",
+        "lease",
+        "lease_deadline",
+        "lost",
+        "name",
+        "pid",
+        "release_args",
+        "releasing",
+        "renew_interval",
+        "renew_script",
+        "sender",
+        "sigprefix",
+        "stats_key",
+        "stats_ttl_ms",
+        "token",
+    )
+
+    def __init__(
+        self,
+        *,
+        sender: type,
+        name: str,
+        kind: str,
+        token: str,
+        client: Any,
+        lease: float,
+        started: float,
+        fencing_token: int | None,
+        renew_script: Script,
+        keys: Sequence[str | bytes],
+        sigprefix: str | bytes = "",
+        stats_key: str | bytes | None = None,
+        stats_ttl_ms: int = 0,
+    ) -> None:
+        self.sender = sender
+        self.stats_key = stats_key
+        self.stats_ttl_ms = stats_ttl_ms
+        self.name = name
+        self.kind = kind
+        self.token = token
+        self.client = client
+        self.lease = lease
+        self.depth = 1
+        self.pid = os.getpid()
+        self.fencing_token = fencing_token
+        self.acquired_at = time.monotonic()
+        self.holder = holder_description()
+        # Measured from before the request was sent: never later than Redis's view.
+        self.lease_deadline = started + lease
+        self.renew_interval = lease / 3
+        self.renew_script = renew_script
+        self.keys = keys
+        self.sigprefix = sigprefix
+        #: What the primitive's release script takes besides the keys, when
+        #: it is the same for every release of this holding.
+        self.release_args: list[Any] = []
+        self.active = True
+        self.releasing = False
+        self.lost: str | None = None
+
+    def renew(self) -> bool:
+        if not self.active:
+            return True
+        started, lease = time.monotonic(), self.lease
+        with backend.translate_errors(self.name):
+            result = self.renew_script(self.client, self.keys, [self.token, int(lease * 1000)])
+        if result:
+            self.lease_deadline = started + lease
+            return True
+        # A release sent while this renewal was on its way may have run first on
+        # the server: then "not ours" is the release, not a loss; the release's
+        # own answer decides.
+        return self.releasing
+
+    def set_lease(self, lease: float, started: float) -> None:
+        """``extend()``: ``lease`` is the lease from now on, for every later
+        renewal too (a renewal already on its way may still set the old one
+        once; the next one, a third of the new lease later, corrects it)."""
+        self.lease = lease
+        self.renew_interval = lease / 3
+        self.lease_deadline = started + lease
+        if self.active:
+            watchdog.reschedule(self)
+
+    def mark_lost(self, reason: str) -> None:
+        if not self.active or self.lost is not None:
+            return
+        self.lost = reason
+        logger.warning(
+            "Lost the lease of %s %r held by %s for %.3f s: %s",
+            self.kind,
+            self.name,
+            self.holder,
+            time.monotonic() - self.acquired_at,
+            reason,
+        )
+        self._count_lost()
+        signals.notify(
+            signals.lock_lost,
+            sender=self.sender,
+            name=self.name,
+            kind=self.kind,
+            held=time.monotonic() - self.acquired_at,
+            reason=reason,
+        )
+
+    def _count_lost(self) -> None:
+        """Best effort, one round trip: a lost lease is rare and already a failure."""
+        if self.stats_key is None:
+            return
+        try:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hincrby(self.stats_key, "lost", 1)
+            pipe.pexpire(self.stats_key, self.stats_ttl_ms)
+            pipe.execute()
+        except backend.BACKEND_ERRORS as exc:
+            # Often Redis being unreachable is why the lease was lost; the loss
+            # itself is reported through lock_lost and LockLostError.
+            logger.debug("Could not count the lost lease of %r: %s", self.name, exc)
+
+    def end(self) -> None:
+        """Stop renewing; the holding is over, however it ended."""
+        self.active = False
+        watchdog.unwatch(self)

@@ -1,0 +1,414 @@
+"""What every primitive with several holders shares: permits.
+
+A permit is one holder's claim on a ``Semaphore`` or a ``ReadWriteLock``
+side: its own token, lease and fencing token, a member of the primitive's
+holder ZSET (see ``scripts/_permits.lua``). The sync and async APIs share
+everything but the I/O: the acquire is ``PermitBase._acquire_steps``, run by
+the drivers (``protocol.py``, ``drivers.py``). Each acquire takes a permit of
+its own, as ``threading.Semaphore`` does; a permit belongs to the handle (in
+its thread or task) that took it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import weakref
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from . import backend, drivers, protocol
+from .base import (
+    FENCE_MEMORY_MS,
+    WAITER_GRACE_MS,
+    AsyncPrimitive,
+    Primitive,
+    Resolved,
+    SyncPrimitive,
+)
+from .drivers import AsyncConnection
+from .holding import Holding, current_pid, holder_description, new_token
+from .protocol import REFUSED, Call, Step
+from .scripts import (
+    PERMIT_DESCRIBE,
+    PERMIT_EXTEND,
+    QUEUE_CANCEL,
+    Script,
+)
+from .state import HolderInfo, parse_holders
+from .validation import check_lease
+from .watchdog import watchdog
+
+GRANTED, LIMIT_MISMATCH = 1, -2
+
+
+def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
+    """``(status, value)`` of an acquire script's reply: ``{status, value}``, or
+    the bare fencing token of a grant (``> 0``)."""
+    if isinstance(reply, int):
+        return GRANTED, reply
+    return int(reply[0]), int(reply[1])
+
+
+@dataclass(slots=True)
+class _Plan:
+    """What every acquire of one mode by one holder description shares."""
+
+    #: The acquire's arguments, ``None`` for the token and the timestamp.
+    args: list[Any]
+    #: The release's keys, and its arguments after the member.
+    release_keys: list[bytes]
+    release_rest: list[Any]
+    holder: str
+    #: What the holder's member says the limit is (``_member_limit``).
+    limit: int
+
+
+@dataclass(slots=True)
+class _Attempt:
+    """One acquire: its plan and what is its own (token, timestamp)."""
+
+    resolved: Resolved
+    plan: _Plan
+    may_wait: bool
+    deadline: float | None
+    begun: float
+    token: str
+    since: int
+
+    @property
+    def args(self) -> list[Any]:
+        """The acquire's arguments."""
+        args = self.plan.args.copy()
+        args[0], args[7] = self.token, self.since
+        return args
+
+    @property
+    def client(self) -> Any:
+        return self.resolved.client
+
+    @property
+    def keys(self) -> list[bytes]:
+        return self.resolved.wire_keys
+
+    @property
+    def sigprefix(self) -> str:
+        return self.resolved.sigprefix
+
+    @property
+    def chunk(self) -> float:
+        return self.resolved.chunk
+
+    @property
+    def queue_keys(self) -> list[bytes]:
+        return self.resolved.wire_keys[2:4]
+
+
+class PermitBase(Primitive):
+    """A primitive whose holders each get a permit: its own token and lease.
+
+    Their keys are, in this order: the holder ZSET (the main part, see
+    ``scripts/_permits.lua``), the fencing counter, the wait queue and its
+    deadlines. Subclasses name their parts and scripts; the acquire script
+    answers ``{1, fence}`` (or the bare fence) or ``{0, retry hint}`` (or a
+    subclass-specific status, see ``permit_reply``), the release script ``1``
+    (released) or ``0`` (the lease was already gone). The sync and async APIs
+    share everything but the I/O.
+    """
+
+    acquire_script: Script
+    release_script: Script
+    #: First character of every token, when the scripts need to see the mode.
+    token_mode = ""
+
+    def _member_limit(self) -> int:
+        """Carried by every holder's member: a Semaphore's limit; 0 when unused."""
+        return 0
+
+    def _acquire_args(self, args: list[Any]) -> list[Any]:
+        return args
+
+    def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:
+        return [member, sigprefix]
+
+    def _on_status(self, status: int, value: int) -> None:
+        """A status other than granted or refused: raise the matching error."""
+        raise RuntimeError(f"unexpected answer {status!r} from {self.acquire_script!r}")
+
+    def _stack(self) -> list[Holding]:
+        """This holder's permits, latest last."""
+        raise NotImplementedError
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of this holder's latest permit (``None`` when none)."""
+        stack = self._stack()
+        return stack[-1].fencing_token if stack else None
+
+    def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
+        resolved = self._resolve()
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
+        holder = holder_description()
+        plan = self._plan(resolved, may_wait, holder)
+        token = self.token_mode + new_token()
+        since = int(time.time() * 1000)  # for display only, never for ordering
+        begun = time.monotonic()
+        return _Attempt(
+            resolved,
+            plan,
+            may_wait,
+            None if budget is None else begun + budget,
+            begun,
+            token,
+            since,
+        )
+
+    def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
+        args = self._acquire_args(
+            [
+                None,  # the token
+                resolved.lease_ms,
+                b"wait" if may_wait else b"try",
+                int(resolved.chunk * 1000) + WAITER_GRACE_MS,
+                resolved.wire_sigprefix,
+                holder,
+                FENCE_MEMORY_MS,
+                None,  # the timestamp
+            ]
+        )
+        wire_keys = resolved.wire_keys
+        release_keys = [wire_keys[0], wire_keys[2], wire_keys[3]]
+        release_rest = self._release_args("", resolved.sigprefix)[1:]
+        return _Plan(args, release_keys, release_rest, holder, self._member_limit())
+
+    def _acquire_steps(
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> Generator[Step, Any, int | None]:
+        """Acquire (``protocol.acquire``); ``None`` when held, else the retry hint in ms."""
+        attempt = self._begin(blocking, blocking_timeout)
+        outcome = yield from protocol.acquire(
+            protocol.Attempt(
+                name=self.name,
+                call=Call(self.acquire_script, attempt.keys, attempt.args),
+                parse=permit_reply,
+                leave=Call(QUEUE_CANCEL, attempt.queue_keys, [attempt.token, attempt.sigprefix]),
+                signal_key=attempt.sigprefix + attempt.token,
+                chunk=attempt.chunk,
+                may_wait=attempt.may_wait,
+                deadline=attempt.deadline,
+            )
+        )
+        return self._finish(attempt, outcome.status, outcome.value, outcome.started)
+
+    def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
+        """Record the outcome; ``None`` when granted, else the retry hint in ms."""
+        if status != GRANTED:
+            if status != REFUSED:
+                self._on_status(status, value)
+            self._announce_contended(attempt.begun)
+            return value
+        plan, resolved = attempt.plan, attempt.resolved
+        member = f"{attempt.token}:{value}:{plan.limit}:{attempt.since}:{plan.holder}"
+        holding = Holding(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            token=member,  # what identifies the permit in the holder ZSET
+            client=resolved.client,
+            lease=resolved.lease,
+            started=started,
+            fencing_token=value,
+            renew_script=PERMIT_EXTEND,
+            keys=plan.release_keys,
+            sigprefix=resolved.sigprefix,
+        )
+        holding.release_args = [member, *plan.release_rest]
+        self._stack().append(holding)
+        if resolved.auto_renew:
+            watchdog.watch(holding)
+        self._announce_acquired(started - attempt.begun, value)
+        return None
+
+    @staticmethod
+    def _release_call(holding: Holding) -> tuple[Sequence[str | bytes], list[Any]]:
+        """Keys and arguments of the release script, under the prefix the permit was taken."""
+        return holding.keys, holding.release_args
+
+    def _after_release(self, holding: Holding, result: int) -> None:
+        if not result:
+            holding.mark_lost("the lease was gone when the holder released it")
+        lost = holding.lost
+        holding.end()
+        if lost is not None:
+            raise self._lost(holding)
+        self._announce_released(holding)
+
+    def _after_extend(self, holding: Holding, result: int, lease: float, started: float) -> None:
+        if not result:
+            holding.mark_lost("the lease was gone when the holder extended it")
+            raise self._lost(holding)
+        holding.set_lease(lease, started)
+
+    def _describe_keys(self) -> tuple[Any, list[str]]:
+        settings = self._settings()
+        keys, _ = self._key_set(settings.key_prefix)
+        return self._client(settings), [keys[0], keys[2]]
+
+    def _owns(self, holders: list[HolderInfo]) -> bool:
+        stack = self._stack()
+        if not stack:
+            return False
+        token = stack[-1].token.split(":", 1)[0]
+        return any(info.token == token for info in holders)
+
+
+class PermitPrimitive(PermitBase, SyncPrimitive):
+    """The synchronous API of a permit primitive; a holder is the object in one thread."""
+
+    def __init__(self, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._local = threading.local()
+
+    def _stack(self) -> list[Holding]:
+        stack: list[Holding] | None = getattr(self._local, "stack", None)
+        if stack is None or (stack and stack[0].pid != current_pid()):
+            stack = self._local.stack = []  # new thread, or inherited through fork()
+        return stack
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take a permit; ``False`` when none could be had in time.
+
+        Raises ``LockBackendError`` when Redis cannot be reached.
+        """
+        return self._acquire(blocking, blocking_timeout) is None
+
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+        return drivers.run(self._acquire_steps(blocking, blocking_timeout), self._resolve().client)
+
+    def release(self) -> None:
+        """Return this holder's latest permit.
+
+        Raises ``LockNotOwnedError`` when this holder holds none, and
+        ``LockLostError`` when its lease ended (or was cleared) before the release.
+        """
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack.pop()
+        holding.releasing = True
+        keys, args = self._release_call(holding)
+        try:
+            result = self.release_script(holding.client, keys, args)
+        except BaseException as exc:
+            holding.end()  # the lease frees the permit if Redis was not told
+            if isinstance(exc, backend.BACKEND_ERRORS):
+                raise backend.backend_error(self.name, exc) from exc
+            raise
+        self._after_release(holding, result)
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Make ``seconds`` the lease of this holder's latest permit from now on
+        (for the watchdog's renewals too; see ``Lock.extend``)."""
+        lease = check_lease(seconds, "seconds")
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack[-1]
+        lease = lease or holding.lease
+        started = time.monotonic()
+        with backend.translate_errors(self.name):
+            result = PERMIT_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
+        self._after_extend(holding, result, lease, started)
+
+    def owned(self) -> bool:
+        """Whether this holder's latest permit is live, according to Redis."""
+        return bool(self._stack()) and self._owns(self.holders())
+
+    def holders(self) -> list[HolderInfo]:
+        """Every live holder: token, ``host:pid:thread``, seconds of lease left, fence."""
+        client, keys = self._describe_keys()
+        with backend.translate_errors(self.name):
+            reply = PERMIT_DESCRIBE(client, keys, [])
+        return parse_holders(reply, mode_from_token=bool(self.token_mode))
+
+
+class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
+    """The asyncio API of a permit primitive; a holder is the object in one task.
+
+    Round trips go through ``AsyncLock``'s connection mirror, so a waiting
+    coroutine blocks no thread; the watchdog thread renews the permits.
+    """
+
+    def __init__(self, name: str, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._stacks: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _stack(self) -> list[Holding]:
+        task = asyncio.current_task()
+        if task is None:
+            raise RuntimeError(f"{type(self).__name__} must be used from inside an asyncio task.")
+        stack = self._stacks.get(task)
+        if stack is None or (stack and stack[0].pid != current_pid()):
+            stack = self._stacks[task] = []
+        return stack
+
+    async def acquire(
+        self, blocking: bool | None = None, blocking_timeout: float | None = None
+    ) -> bool:
+        """Take a permit; ``False`` when none could be had in time."""
+        return await self._acquire(blocking, blocking_timeout) is None
+
+    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+        conn = AsyncConnection(self._resolve().client)
+        return await drivers.run_async(self._acquire_steps(blocking, blocking_timeout), conn)
+
+    async def release(self) -> None:
+        """Return this holder's latest permit (see ``Semaphore.release``)."""
+
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack.pop()
+        holding.releasing = True
+        keys, args = self._release_call(holding)
+        try:
+            with backend.translate_errors(self.name):
+                result = await AsyncConnection(holding.client).run(self.release_script, keys, args)
+        except BaseException:
+            holding.end()
+            raise
+        self._after_release(holding, result)
+
+    async def extend(self, seconds: float | None = None) -> None:
+        """Make ``seconds`` the lease of this holder's latest permit from now on
+        (for the watchdog's renewals too; see ``Lock.extend``)."""
+
+        lease = check_lease(seconds, "seconds")
+        stack = self._stack()
+        if not stack:
+            raise self._not_owned()
+        holding = stack[-1]
+        lease = lease or holding.lease
+        started = time.monotonic()
+        with backend.translate_errors(self.name):
+            result = await AsyncConnection(holding.client).run(
+                PERMIT_EXTEND, holding.keys, [holding.token, int(lease * 1000)]
+            )
+        self._after_extend(holding, result, lease, started)
+
+    async def owned(self) -> bool:
+        """Whether this holder's latest permit is live, according to Redis."""
+        return bool(self._stack()) and self._owns(await self.holders())
+
+    async def holders(self) -> list[HolderInfo]:
+        """Every live holder (see ``Semaphore.holders``)."""
+
+        client, keys = self._describe_keys()
+        with backend.translate_errors(self.name):
+            reply = await AsyncConnection(client).run(PERMIT_DESCRIBE, keys, [])
+        return parse_holders(reply, mode_from_token=bool(self.token_mode))

@@ -1,0 +1,90 @@
+"""What the scripts store in Redis, read back: lock values and permit holders.
+
+Shared by the primitives (``owned()``, ``holders()``) and by the operator
+tools (``inspection``, the command, the dashboard), so neither imports the
+other. The formats are written by ``scripts/_lock_value.lua`` and
+``scripts/_permits.lua``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class LockState:
+    """A held lock as stored in Redis (see ``scripts/_lock_value.lua``)."""
+
+    token: str
+    waiters: bool
+    count: int
+    fencing_token: int
+    lease: float
+    since: float
+    holder: str
+
+
+def parse_lock_value(value: bytes | str | None) -> LockState | None:
+    """Decode a lock key's value; ``None`` for a missing or foreign value."""
+    if value is None:
+        return None
+    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    parts = text.split(":", 6)
+    if len(parts) != 7:
+        return None
+    token, waiters, count, fence, lease, since, holder = parts
+    try:
+        return LockState(
+            token=token,
+            waiters=waiters == "1",
+            count=int(count),
+            fencing_token=int(fence),
+            lease=int(lease) / 1000.0,
+            since=int(since) / 1000.0,
+            holder=holder,
+        )
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class HolderInfo:
+    """One holder of a primitive."""
+
+    token: str
+    holder: str  # host:pid:thread, as the holder described itself
+    ttl: float | None  # seconds left on its lease
+    fencing_token: int | None = None
+    count: int = 1  # reentrant depth
+    mode: str | None = None  # "read" / "write" for read-write locks
+
+
+def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[HolderInfo]:
+    """Decode the holder rows of ``permit_describe.lua`` (member, ms left, ...)."""
+    found = []
+    for i in range(1, len(reply) - 1, 2):
+        token, fence, _, holder = parse_member(as_text(reply[i]))
+        mode = None
+        if mode_from_token:
+            mode = "write" if token.startswith("w") else "read"
+        found.append(
+            HolderInfo(
+                token=token,
+                holder=holder,
+                ttl=int(reply[i + 1]) / 1000.0,
+                fencing_token=int(fence) if fence.isdigit() else None,
+                mode=mode,
+            )
+        )
+    return found
+
+
+def parse_member(member: str) -> tuple[str, str, int, str]:
+    """``(token, fence, limit, holder)`` of a holder member (see ``_permits.lua``)."""
+    token, fence, limit, _, holder = [*member.split(":", 4), "", "", "", ""][:5]
+    return token, fence, int(limit) if limit.isdigit() else 0, holder
+
+
+def as_text(value: bytes | str) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

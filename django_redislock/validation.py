@@ -1,0 +1,108 @@
+"""Argument checks shared by every primitive, the decorator and the checks.
+
+Each names the argument and what was given, so a bad value is a one-line
+``TypeError`` or ``ValueError`` at construction, never a Redis error later.
+"""
+
+from __future__ import annotations
+
+import math
+import unicodedata
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from .conf import LockSettings
+
+#: Longest accepted name, in characters. Keys stay small and readable in tools.
+MAX_NAME_LENGTH = 1024
+
+
+def check_name(name: object, argument: str = "name") -> str:
+    if not isinstance(name, str):
+        raise TypeError(f"{argument} must be a str, not {type(name).__name__}.")
+    if not name:
+        raise ValueError(f"{argument} must not be empty.")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{argument} is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}."
+        )
+    for char in name:
+        category = unicodedata.category(char)
+        if category in ("Cc", "Cs"):
+            raise ValueError(
+                f"{argument} must not contain control characters or lone surrogates; "
+                f"found {char!r} in {name[:60]!r}."
+            )
+    return name
+
+
+#: The shortest lease: Redis counts leases in whole milliseconds.
+MIN_LEASE = 0.001
+
+
+def check_lease(value: object, argument: str = "timeout") -> float | None:
+    seconds = check_seconds(value, argument)
+    if seconds is not None and seconds < MIN_LEASE:
+        raise ValueError(f"{argument} must be at least {MIN_LEASE} s (1 ms), got {value!r}.")
+    return seconds
+
+
+def check_seconds(
+    value: object, argument: str, *, allow_none: bool = True, allow_zero: bool = False
+) -> float | None:
+    if value is None:
+        if allow_none:
+            return None
+        raise TypeError(f"{argument} must be a number of seconds, not None.")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}.")
+    if math.isnan(value) or math.isinf(value):
+        raise ValueError(f"{argument} must be finite, got {value!r}.")
+    if value < 0 or (value == 0 and not allow_zero):
+        bound = "non-negative" if allow_zero else "positive"
+        raise ValueError(f"{argument} must be {bound}, got {value!r}.")
+    return float(value)
+
+
+def check_bool(value: object, argument: str, *, allow_none: bool = True) -> bool | None:
+    if value is None and allow_none:
+        return None
+    if not isinstance(value, bool):
+        raise TypeError(f"{argument} must be True or False, not {value!r}.")
+    return value
+
+
+def check_alias(value: object) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"using must be a cache alias (non-empty str), not {value!r}.")
+    return value
+
+
+class _WaitOptions(Protocol):
+    blocking: bool
+    blocking_timeout: float | None
+
+
+def wait_budget(
+    owner: _WaitOptions,
+    blocking: bool | None,
+    blocking_timeout: float | None,
+    settings: LockSettings,
+) -> tuple[bool, float | None]:
+    """Resolve per-call overrides of ``owner``'s options: (may wait, seconds to
+    wait or ``None`` for ever)."""
+    if blocking is None:
+        blocking = owner.blocking
+    else:
+        check_bool(blocking, "blocking", allow_none=False)
+    if blocking_timeout is not None:
+        budget = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+    elif owner.blocking_timeout is not None:
+        budget = owner.blocking_timeout
+    else:
+        budget = settings.blocking_timeout
+    if not blocking:
+        budget = 0.0
+    return budget != 0.0, budget
