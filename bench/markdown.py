@@ -26,7 +26,9 @@ def render_markdown(data: dict[str, Any]) -> str:
     labels = meta["labels"]
     lines = [
         f"{meta['date']}, {meta['machine']}, Python {meta['python']}, "
-        f"redis-server {meta['redis']}, options {meta['options']}, {meta['seconds']} s.",
+        f"redis-server {meta['redis']}, "
+        + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in meta["options"].items())
+        + f"; {meta['seconds']:.0f} s in all.",
     ]
     for mode, rows in data["uncontended"].items():
         lines += [
