@@ -9,15 +9,11 @@ import json
 import sys
 from typing import Any
 
-from bench.report import MODE_TITLES
-
-
-def _num(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+from bench.report import MODE_TITLES, number
 
 
 def _pair(first: float | None, second: float | None) -> str:
-    return f"{_num(first, '.2f')} / {_num(second, '.2f')}"
+    return f"{number(first, '.2f')} / {number(second, '.2f')}"
 
 
 def render_markdown(data: dict[str, Any]) -> str:
@@ -41,12 +37,13 @@ def render_markdown(data: dict[str, Any]) -> str:
         ]
         for lib, row in rows.items():
             lines.append(
-                f"| {labels[lib]} | {row['cycles_per_s']:.0f} | {_num(row['ratio_to_raw'], '.2f')} "
-                f"| {_num(row.get('cpu_ratio_to_raw'), '.2f')} "
-                f"| {_num(row.get('redis_us_top'), '.1f')} "
-                f"| {_num(row.get('redis_top_x_raw'), '.2f')} "
-                f"| {_num(row.get('redis_us_all'), '.1f')} "
-                f"| {_num(row.get('redis_all_x_raw'), '.2f')} |"
+                f"| {labels[lib]} | {row['cycles_per_s']:.0f} "
+                f"| {number(row['ratio_to_raw'], '.2f')} "
+                f"| {number(row.get('cpu_ratio_to_raw'), '.2f')} "
+                f"| {number(row.get('redis_us_top'), '.1f')} "
+                f"| {number(row.get('redis_top_x_raw'), '.2f')} "
+                f"| {number(row.get('redis_us_all'), '.1f')} "
+                f"| {number(row.get('redis_all_x_raw'), '.2f')} |"
             )
     if data["contended"]:
         lines += [
@@ -62,7 +59,7 @@ def render_markdown(data: dict[str, Any]) -> str:
             lines.append(
                 f"| {labels[lib]} | {_pair(polite['p50_ms'], polite['p99_ms'])} "
                 f"| {_pair(greedy['p50_ms'], greedy['p99_ms'])} "
-                f"| {_num(greedy['min_share_of_fair'], '.2f')} "
+                f"| {number(greedy['min_share_of_fair'], '.2f')} "
                 f"| {polite['violations'] + greedy['violations']} |"
             )
     lines += ["", "| target for `Lock` | value | |", "| --- | --- | --- |"]

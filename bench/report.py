@@ -184,7 +184,7 @@ def targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
     return found
 
 
-def _num(value: float | None, spec: str) -> str:
+def number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
@@ -207,13 +207,13 @@ def _uncontended_lines(data: dict[str, Any]) -> list[str]:
         for lib, row in rows.items():
             lines.append(
                 f"  {labels[lib]:<34}{row['cycles_per_s']:>9.0f}"
-                f"{_num(row['ratio_to_raw'], '.2f'):>7}"
-                f"{_num(row.get('cpu_us_per_cycle'), '.1f'):>8}"
-                f"{_num(row.get('cpu_ratio_to_raw'), '.2f'):>7}"
-                f"{_num(row.get('redis_us_top'), '.1f'):>10}"
-                f"{_num(row.get('redis_top_x_raw'), '.2f'):>7}"
-                f"{_num(row.get('redis_us_all'), '.1f'):>10}"
-                f"{_num(row.get('redis_all_x_raw'), '.2f'):>7}"
+                f"{number(row['ratio_to_raw'], '.2f'):>7}"
+                f"{number(row.get('cpu_us_per_cycle'), '.1f'):>8}"
+                f"{number(row.get('cpu_ratio_to_raw'), '.2f'):>7}"
+                f"{number(row.get('redis_us_top'), '.1f'):>10}"
+                f"{number(row.get('redis_top_x_raw'), '.2f'):>7}"
+                f"{number(row.get('redis_us_all'), '.1f'):>10}"
+                f"{number(row.get('redis_all_x_raw'), '.2f'):>7}"
             )
     return lines
 
@@ -242,10 +242,10 @@ def render(data: dict[str, Any]) -> str:
             polite, greedy = modes["polite"], modes["greedy"]
             lines.append(
                 f"  {labels[lib]:<34}"
-                f"{_num(polite['p50_ms'], '.2f') + '/' + _num(polite['p99_ms'], '.2f'):>16}"
-                f"{_num(greedy['p50_ms'], '.2f') + '/' + _num(greedy['p99_ms'], '.2f'):>16}"
-                f"{greedy['acquisitions']:>8}{_num(greedy['min_acquisitions'], 'd'):>5}"
-                f"{_num(greedy['min_share_of_fair'], '.2f'):>9}"
+                f"{number(polite['p50_ms'], '.2f') + '/' + number(polite['p99_ms'], '.2f'):>16}"
+                f"{number(greedy['p50_ms'], '.2f') + '/' + number(greedy['p99_ms'], '.2f'):>16}"
+                f"{greedy['acquisitions']:>8}{number(greedy['min_acquisitions'], 'd'):>5}"
+                f"{number(greedy['min_share_of_fair'], '.2f'):>9}"
                 f"{polite['violations'] + greedy['violations']:>11}"
             )
     lines += ["", "Targets for django-redislock Lock (same run; noisy machines move them):"]
