@@ -25,6 +25,7 @@ from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
+from .conf import generation
 from .exceptions import LockBackendError
 
 if TYPE_CHECKING:
@@ -67,25 +68,22 @@ def parse_key(prefix: str, raw: str | bytes) -> tuple[str, str] | None:
 
 
 class _ClientCache:
-    """Clients per alias, remembered while Django's settings object is the same.
+    """Clients per alias, remembered until ``CACHES`` or ``REDISLOCK`` change.
 
     Django's cache handler is thread-local and comparatively slow to consult;
     redis-py clients are thread-safe and fork-aware, so one per alias serves the
-    whole process. ``override_settings`` replaces the settings object, which
-    empties this cache.
+    whole process. A change of settings (``conf.generation``) empties it.
     """
 
     def __init__(self) -> None:
-        self._entry: tuple[object, dict[str, tuple[Any, float]]] = (None, {})
+        self._entry: tuple[int, dict[str, tuple[Any, float]]] = (-1, {})
 
     def get(self, alias: str) -> tuple[Any, float]:
-        from .conf import _wrapped_settings
-
-        wrapped = _wrapped_settings()
+        current = generation()
         owner, clients = self._entry
-        if owner is not wrapped:
+        if owner != current:
             clients = {}
-            self._entry = (wrapped, clients)
+            self._entry = (current, clients)
         found = clients.get(alias)
         if found is None:
             client = _client_for(alias)

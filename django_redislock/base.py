@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from . import backend, signals
-from .conf import LockSettings, _wrapped_settings, get_settings
+from .conf import LockSettings, generation, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .holding import Holding
 from .validation import check_alias, check_bool, check_lease, check_name, check_seconds, wait_budget
@@ -49,6 +49,7 @@ class Resolved:
         "auto_renew",
         "chunk",
         "client",
+        "generation",
         "keys",
         "lease",
         "lease_ms",
@@ -57,11 +58,10 @@ class Resolved:
         "sigprefix",
         "wire_keys",
         "wire_sigprefix",
-        "wrapped",
     )
 
-    def __init__(self, primitive: Primitive, wrapped: object, settings: LockSettings) -> None:
-        self.wrapped = wrapped
+    def __init__(self, primitive: Primitive, generation: int, settings: LockSettings) -> None:
+        self.generation = generation
         self.options = primitive._resolve_options()
         self.settings = settings
         self.alias = primitive.using or settings.cache
@@ -117,15 +117,15 @@ class Primitive:
     def _resolve(self) -> Resolved:
         """Settings, client and keys; built again when Django's settings or this
         primitive's options change."""
-        wrapped = _wrapped_settings()
+        current = generation()
         resolved = self._resolved
         if (
             resolved is not None
-            and resolved.wrapped is wrapped
+            and resolved.generation == current
             and resolved.options == self._resolve_options()
         ):
             return resolved
-        resolved = self._resolved = Resolved(self, wrapped, get_settings())
+        resolved = self._resolved = Resolved(self, current, get_settings())
         return resolved
 
     def _settings(self) -> LockSettings:

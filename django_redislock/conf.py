@@ -15,6 +15,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
 
 DEFAULTS: dict[str, Any] = {
     "CACHE": "default",
@@ -166,27 +168,30 @@ def _stats_ttl_ms(value: bool | float) -> int:
     return max(1, int(seconds * 1000))
 
 
-def _wrapped_settings() -> object:
-    """The object behind ``django.conf.settings``; ``override_settings`` swaps it."""
-    return django_settings._wrapped  # type: ignore[misc]
-
-
 class _SettingsCache:
-    """The merged settings, remembered for as long as ``REDISLOCK`` is the same object."""
+    """The merged settings, built once and dropped when ``REDISLOCK`` or
+    ``CACHES`` change (``setting_changed``: ``override_settings`` sends it).
+
+    ``generation`` counts the changes, so whatever was resolved from the
+    settings (a primitive's client and keys, the client per alias) is rebuilt
+    when it no longer matches.
+    """
 
     def __init__(self) -> None:
-        self._entry: tuple[object, LockSettings] | None = None
+        self._value: LockSettings | None = None
+        self.generation = 0
 
     def get(self) -> LockSettings:
-        wrapped = _wrapped_settings()
-        entry = self._entry
-        if entry is not None and entry[0] is wrapped:
-            return entry[1]
-        return self._build(wrapped)
+        value = self._value
+        return value if value is not None else self._build()
 
-    def _build(self, wrapped: object) -> LockSettings:
+    def clear(self) -> None:
+        self._value = None
+        self.generation += 1
+
+    def _build(self) -> LockSettings:
+        generation = self.generation
         raw = getattr(django_settings, "REDISLOCK", None)
-        wrapped = _wrapped_settings()  # the first access may have set it up
         source: object = {} if raw is None else raw
         problems = validate(source)
         if problems:
@@ -205,7 +210,8 @@ class _SettingsCache:
             stats=merged["STATS"] is not False,
             stats_ttl_ms=_stats_ttl_ms(merged["STATS"]),
         )
-        self._entry = (wrapped, value)  # one tuple, so readers never see a torn pair
+        if generation == self.generation:  # not changed again while building
+            self._value = value
         return value
 
 
@@ -215,3 +221,15 @@ _cache = _SettingsCache()
 def get_settings() -> LockSettings:
     """The current settings; raises ``ImproperlyConfigured`` when they are invalid."""
     return _cache.get()
+
+
+def generation() -> int:
+    """Bumped whenever ``REDISLOCK`` or ``CACHES`` change: what was resolved
+    from the settings under an older generation must be resolved again."""
+    return _cache.generation
+
+
+@receiver(setting_changed)
+def _settings_changed(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("REDISLOCK", "CACHES"):
+        _cache.clear()

@@ -129,3 +129,25 @@ def test_djangos_builtin_redis_cache_works_as_the_backend(
                 assert await alock.owned()
 
         asyncio.run(main())
+
+
+def test_settings_are_resolved_once_and_again_when_they_change(redis_client: redis.Redis) -> None:
+    from django_redislock import conf
+
+    lock = Lock("resolved")
+    first = conf.get_settings()
+    assert conf.get_settings() is first  # resolved once, not per call
+    with lock:
+        assert redis_client.exists("redislock:{resolved}:lock")
+    before = conf.generation()
+    with override_settings(REDISLOCK={"KEY_PREFIX": "elsewhere"}):
+        assert conf.generation() > before  # setting_changed dropped it
+        assert conf.get_settings().key_prefix == "elsewhere"
+        with lock:  # the same object follows the new settings
+            assert redis_client.exists("elsewhere:{resolved}:lock")
+    with override_settings(DEBUG=True):  # other settings keep the resolution
+        assert conf.get_settings() is conf.get_settings()
+        generation = conf.generation()
+    assert conf.generation() == generation
+    with lock:
+        assert redis_client.exists("redislock:{resolved}:lock")
