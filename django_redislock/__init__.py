@@ -7,6 +7,7 @@ models, so ``from django_redislock import Lock`` works before apps are ready.
 from __future__ import annotations
 
 from .async_locks import AsyncLock
+from .commands import ALREADY_RUNNING, single_run
 from .decorators import require_lock
 from .exceptions import (
     InsufficientStock,
@@ -24,6 +25,7 @@ from .rwlock import AsyncReadWriteLock, ReadWriteLock
 from .semaphores import AsyncSemaphore, Semaphore
 
 __all__ = [
+    "ALREADY_RUNNING",
     "AsyncLock",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
@@ -41,4 +43,5 @@ __all__ = [
     "Semaphore",
     "fenced_update",
     "require_lock",
+    "single_run",
 ]

@@ -1,0 +1,107 @@
+"""``@single_run``: one run of a management command at a time, across processes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError
+
+from django_redislock import ALREADY_RUNNING, Lock, single_run
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def manage(redis_url: str, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "django", "nightly", "--redis", redis_url, *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_a_second_overlapping_run_exits_with_already_running(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    first = manage(redis_url)
+    try:
+        assert redis_client.blpop(["nightly:started"], timeout=60) is not None  # first holds it
+        second = manage(redis_url)
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == ALREADY_RUNNING == 75
+        assert err.strip().count("\n") == 0, err  # one line, no traceback
+        assert "nightly is already running" in err and "report:today" in err
+        other_day = manage(redis_url, "--day", "yesterday")  # another name: runs
+        assert redis_client.blpop(["nightly:started"], timeout=60) == (
+            b"nightly:started",
+            b"yesterday",
+        )
+    finally:
+        redis_client.rpush("nightly:finish", "go", "go")
+        first.communicate(timeout=60)
+    assert first.returncode == 0
+    other_day.communicate(timeout=60)
+    assert other_day.returncode == 0
+    assert not Lock("report:today").locked()  # released when the run ended
+
+
+class Failing(BaseCommand):
+    @single_run("failing")
+    def handle(self, *args: Any, **options: Any) -> None:
+        assert Lock("failing").locked()
+        raise RuntimeError("the job failed")
+
+
+def test_the_lock_is_released_when_the_run_fails() -> None:
+    with pytest.raises(RuntimeError, match="the job failed"):
+        Failing().handle()
+    assert not Lock("failing").locked()
+
+
+def test_call_command_raises_command_error_with_the_returncode(other_thread: Any) -> None:
+    holder = Lock("command:test_commands_single_run")
+    other_thread(holder.acquire)
+
+    class Busy(BaseCommand):
+        @single_run()
+        def handle(self, *args: Any, **options: Any) -> None:
+            raise AssertionError("must not run")
+
+    with pytest.raises(CommandError) as info:
+        call_command(Busy())
+    assert info.value.returncode == ALREADY_RUNNING
+    other_thread(holder.release)
+
+
+def test_a_placeholder_that_is_not_an_option_is_a_clear_error() -> None:
+    class Command(BaseCommand):
+        @single_run("report:<nope>")
+        def handle(self, *args: Any, **options: Any) -> None:
+            pass
+
+    with pytest.raises(ImproperlyConfigured, match="<nope>"):
+        Command().handle(day="x")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"name": ""}, ValueError),
+        ({"blocking_timeout": -1}, ValueError),
+        ({"timeout": 0}, ValueError),
+    ],
+)
+def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
+    with pytest.raises(error):
+        single_run(**kwargs)
