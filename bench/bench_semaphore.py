@@ -1,7 +1,10 @@
 """Semaphore acquire+release cycles per second, against two peers, in one run.
 
 - ``Semaphore``: this library (one EVALSHA to acquire, one to release,
-  server-clock leases, fair queue, fencing token, watchdog registration).
+  server-clock leases, fair queue, fencing token, watchdog registration),
+  one object reused for every cycle;
+- ``Sem/use``: the same with a new ``Semaphore`` per cycle, as a view writes
+  ``with Semaphore("exports", 5, timeout=30, blocking_timeout=5):``;
 - ``seed fair``: the pipeline-based fair semaphore of seed article 001
   (``acquire_fair_semaphore`` / ``release_fair_semaphore``), as written there,
   client clock and all; only ``zadd`` is adapted to redis-py 3's mapping form.
@@ -12,7 +15,9 @@ Each contender runs in short blocks, interleaved round-robin (the order
 rotating every round) so that noise on a shared machine hits all of them
 alike; the report gives the median block rate and the median over rounds of
 each contender's rate divided by the floor's in the same round, as
-``python -m bench`` does for locks. Starts its own private ``redis-server``.
+``python -m bench`` does for locks, and the server's own time per cycle from
+``INFO commandstats`` (reset before every block; see ``bench/redistime.py``)
+with its ratio to the floor's. Starts its own private ``redis-server``.
 
     .venv/bin/python bench/bench_semaphore.py [--seconds 0.4] [--rounds 7]
 """
@@ -20,15 +25,22 @@ each contender's rate divided by the floor's in the same round, as
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.redistime import RedisTime, measured, ratios
+from bench.uncontended import rotated, server_cpu_ns
+
+FLOOR = "raw floor"
 
 
 # --- the seed's fair semaphore (article 001), as written -----------------------
@@ -78,6 +90,16 @@ def ours(limit: int) -> Callable[[], None]:
     return cycle
 
 
+def ours_per_use(limit: int) -> Callable[[], None]:
+    from django_redislock import Semaphore
+
+    def cycle() -> None:
+        with Semaphore("bench:ours-per-use", limit, timeout=30, blocking_timeout=5):
+            pass
+
+    return cycle
+
+
 def seed(conn: Any, limit: int) -> Callable[[], None]:
     def cycle() -> None:
         identifier = acquire_fair_semaphore(conn, "bench:seed", limit)
@@ -96,19 +118,13 @@ def raw(conn: Any) -> Callable[[], None]:
     return cycle
 
 
-def rate(cycle: Callable[[], None], seconds: float, server_pid: int | None = None) -> float:
-    return block(cycle, seconds, server_pid)[0]
-
-
 def block(
     cycle: Callable[[], None], seconds: float, server_pid: int | None
-) -> tuple[float, float | None]:
-    """Cycles per second, and CPU µs per cycle of this process and redis-server
-    (``None`` where the server's CPU time cannot be read)."""
+) -> tuple[tuple[float, float | None], int]:
+    """``((cycles per second, CPU µs per cycle), cycles)``: CPU is this process and
+    redis-server, ``None`` where the server's CPU time cannot be read."""
     count = 0
-    from bench.run import _server_cpu_ns
-
-    server_before = _server_cpu_ns(server_pid)
+    server_before = server_cpu_ns(server_pid)
     cpu_before = time.process_time_ns()
     start = time.perf_counter()
     end = start + seconds
@@ -120,55 +136,67 @@ def block(
         if now >= end:
             break
     cpu = time.process_time_ns() - cpu_before
-    server_after = _server_cpu_ns(server_pid)
+    server_after = server_cpu_ns(server_pid)
     if server_before is None or server_after is None:
-        return count / (now - start), None
-    return count / (now - start), (cpu + server_after - server_before) / count / 1000
+        return (count / (now - start), None), count
+    return (count / (now - start), (cpu + server_after - server_before) / count / 1000), count
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--seconds", type=float, default=0.4, help="length of one block")
-    parser.add_argument("--rounds", type=int, default=15, help="blocks per contender")
-    parser.add_argument("--limit", type=int, default=5, help="semaphore limit")
-    options = parser.parse_args()
+def configure(url: str) -> None:
+    import django
+    from django.conf import settings
 
+    settings.configure(
+        CACHES={
+            "default": {
+                "BACKEND": "django_redis.cache.RedisCache",
+                "LOCATION": url,
+                "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
+            }
+        },
+        INSTALLED_APPS=["django_redislock"],
+    )
+    django.setup()
+
+
+@dataclass
+class Samples:
+    rates: list[float] = field(default_factory=list)
+    cpus: list[float | None] = field(default_factory=list)
+    redis: RedisTime = field(default_factory=RedisTime)
+
+
+def measure(options: argparse.Namespace) -> dict[str, Samples]:
+    """Interleaved blocks of every contender on a private redis-server."""
     from tests.servers import RedisServer
 
     with RedisServer() as server:
-        import django
-        from django.conf import settings
-
-        settings.configure(
-            CACHES={
-                "default": {
-                    "BACKEND": "django_redis.cache.RedisCache",
-                    "LOCATION": server.url,
-                    "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient"},
-                }
-            },
-            INSTALLED_APPS=["django_redislock"],
-        )
-        django.setup()
+        configure(server.url)
         conn = server.client()
         server_pid = server.process.pid if server.process is not None else None
         contenders = {
             "Semaphore": ours(options.limit),
+            "Sem/use": ours_per_use(options.limit),
             "seed fair": seed(conn, options.limit),
-            "raw floor": raw(conn),
+            FLOOR: raw(conn),
         }
         for cycle in contenders.values():  # warm up: connections, script load
-            rate(cycle, 0.05)
+            block(cycle, 0.05, None)
         names = list(contenders)
-        rates: dict[str, list[float]] = {name: [] for name in names}
-        cpus: dict[str, list[float | None]] = {name: [] for name in names}
+        samples = {name: Samples() for name in names}
         for round_no in range(options.rounds):
-            shift = round_no % len(names)
-            for name in names[shift:] + names[:shift]:
-                cycles_per_s, cpu_us = block(contenders[name], options.seconds, server_pid)
-                rates[name].append(cycles_per_s)
-                cpus[name].append(cpu_us)
+            for name in rotated(names, round_no):
+                run = functools.partial(block, contenders[name], options.seconds, server_pid)
+                cycles_per_s, cpu_us = measured(conn, samples[name].redis, run)
+                samples[name].rates.append(cycles_per_s)
+                samples[name].cpus.append(cpu_us)
         conn.close()
+    return samples
+
+
+def report(options: argparse.Namespace, samples: dict[str, Samples]) -> None:
+    rates = {name: sample.rates for name, sample in samples.items()}
+    cpus = {name: sample.cpus for name, sample in samples.items()}
 
     def same_round(name: str, base: str) -> float:
         return statistics.median(a / b for a, b in zip(rates[name], rates[base], strict=True))
@@ -183,18 +211,38 @@ def main() -> None:
         f"(median cycles/s; ratio: median of same-round ratios;\n"
         f"CPU: this process + redis-server per cycle, steadier than wall time on a busy machine)"
     )
-    for name, samples in rates.items():
+    for name, samples_ in rates.items():
         cpu = [c for c in cpus[name] if c]
-        ratio = cpu_ratio(name, "raw floor")
+        ratio = cpu_ratio(name, FLOOR)
         cpu_text = (
             f"   CPU {statistics.median(cpu):6.1f} us  {ratio:5.2f}x floor" if cpu and ratio else ""
         )
         print(
-            f"  {name:<10} {statistics.median(samples):>9.0f} /s   "
-            f"{same_round(name, 'raw floor'):5.2f}x floor   "
-            f"(min {min(samples):.0f}, max {max(samples):.0f}){cpu_text}"
+            f"  {name:<10} {statistics.median(samples_):>9.0f} /s   "
+            f"{same_round(name, FLOOR):5.2f}x floor   "
+            f"(min {min(samples_):.0f}, max {max(samples_):.0f}){cpu_text}"
         )
     print(f"  Semaphore vs seed fair: {same_round('Semaphore', 'seed fair'):.2f}x")
+    times = {name: sample.redis.per_cycle() for name, sample in samples.items()}
+    ratios(times, FLOOR)
+    print(
+        "Redis time per cycle (INFO commandstats usec / cycles; top = commands the client "
+        "sent,\nall = every command the server ran, scripts' inner calls counted again)"
+    )
+    for name, row in times.items():
+        print(
+            f"  {name:<10} Redis top {row['redis_us_top']:6.1f} us {row['redis_top_x_raw']:5.2f}x "
+            f"floor   all {row['redis_us_all']:6.1f} us {row['redis_all_x_raw']:5.2f}x floor"
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seconds", type=float, default=0.4, help="length of one block")
+    parser.add_argument("--rounds", type=int, default=15, help="blocks per contender")
+    parser.add_argument("--limit", type=int, default=5, help="semaphore limit")
+    options = parser.parse_args()
+    report(options, measure(options))
 
 
 if __name__ == "__main__":

@@ -9,11 +9,17 @@ from typing import Any
 
 OURS = "redislock"
 PEER_FOR_HANDOFF = "prl"
+PEERS_PER_USE = ("redispy", "redispy-fast")
+MODE_TITLES = {
+    "per_use": "Per use (a new lock object every cycle, as a view writes it)",
+    "reused": "Reused (one lock object per block, acquired again and again)",
+}
 
 
 @dataclass(frozen=True)
 class Thresholds:
     uncontended_ratio: float = 0.9
+    redis_time_ratio: float = 2.0
     polite_p50_ms: float = 1.0
     polite_p99_ms: float = 3.0
     greedy_min_share: float = 0.5
@@ -86,18 +92,42 @@ def _verdict(ok: bool | None) -> str:
     return "n/a" if ok is None else ("PASS" if ok else "FAIL")
 
 
-def targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
-    """Each target of issue 2 section 5 for our Lock, with the value and PASS/FAIL/n/a."""
-    found: list[dict[str, Any]] = []
-    ours_u = data["uncontended"].get(OURS)
-    ratio = ours_u["ratio_to_raw"] if ours_u else None
-    found.append(
+def _ratio_targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
+    """Issue 13 items 7 and 8 for our Lock: per use vs the floor and redis-py, Redis time."""
+    per_use = data["uncontended"].get("per_use", {})
+    ours = per_use.get(OURS)
+    ratio = ours["ratio_to_raw"] if ours else None
+    found = [
         {
-            "target": f"uncontended >= {limits.uncontended_ratio}x raw (watchdog on)",
+            "target": f"per use >= {limits.uncontended_ratio}x raw (watchdog on)",
             "value": None if ratio is None else f"{ratio:.2f}x",
             "status": _verdict(None if ratio is None else ratio >= limits.uncontended_ratio),
         }
+    ]
+    peer = next((lib for lib in PEERS_PER_USE if lib in per_use), None)
+    peer_ratio = per_use[peer]["ratio_to_raw"] if peer else None
+    ok = None if ratio is None or peer_ratio is None else ratio > peer_ratio
+    found.append(
+        {
+            "target": "per use ahead of redis-py Lock",
+            "value": None if ok is None else f"{ratio:.2f}x vs {peer_ratio:.2f}x",
+            "status": _verdict(ok),
+        }
     )
+    top = ours.get("redis_top_x_raw") if ours else None
+    found.append(
+        {
+            "target": f"Redis time per cycle <= {limits.redis_time_ratio}x raw (per use)",
+            "value": None if top is None else f"{ours['redis_us_top']:.1f} us, {top:.2f}x",
+            "status": _verdict(None if top is None else top <= limits.redis_time_ratio),
+        }
+    )
+    return found
+
+
+def targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
+    """Each target of issues 2 and 13 for our Lock, with the value and PASS/FAIL/n/a."""
+    found = _ratio_targets(data, limits)
     ours_c = data["contended"].get(OURS)
     polite = ours_c["polite"] if ours_c else None
     p50 = polite["p50_ms"] if polite else None
@@ -154,8 +184,38 @@ def targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
     return found
 
 
-def _num(value: float | None, spec: str) -> str:
+def number(value: float | None, spec: str) -> str:
     return "-" if value is None else format(value, spec)
+
+
+def _uncontended_lines(data: dict[str, Any]) -> list[str]:
+    labels = data["meta"]["labels"]
+    opts = data["meta"]["options"]
+    lines = [
+        f"Uncontended acquire+release: median of {opts['rounds']} interleaved blocks "
+        f"x {opts['cycles']} cycles; x raw = median of same-round ratios to raw;",
+        "CPU = this process + redis-server per cycle, steadier than wall time on a busy machine;",
+        "Redis = server usec per cycle from INFO commandstats: top = commands the client sent,",
+        "all = every command the server ran, scripts' inner calls counted again",
+    ]
+    header = (
+        f"  {'library':<34}{'cycles/s':>9}{'x raw':>7}{'CPU us':>8}{'x raw':>7}"
+        f"{'Redis top':>10}{'x raw':>7}{'Redis all':>10}{'x raw':>7}"
+    )
+    for mode, rows in data["uncontended"].items():
+        lines += ["", MODE_TITLES.get(mode, mode), header]
+        for lib, row in rows.items():
+            lines.append(
+                f"  {labels[lib]:<34}{row['cycles_per_s']:>9.0f}"
+                f"{number(row['ratio_to_raw'], '.2f'):>7}"
+                f"{number(row.get('cpu_us_per_cycle'), '.1f'):>8}"
+                f"{number(row.get('cpu_ratio_to_raw'), '.2f'):>7}"
+                f"{number(row.get('redis_us_top'), '.1f'):>10}"
+                f"{number(row.get('redis_top_x_raw'), '.2f'):>7}"
+                f"{number(row.get('redis_us_all'), '.1f'):>10}"
+                f"{number(row.get('redis_all_x_raw'), '.2f'):>7}"
+            )
+    return lines
 
 
 def render(data: dict[str, Any]) -> str:
@@ -167,17 +227,8 @@ def render(data: dict[str, Any]) -> str:
         f"django-redislock bench  {meta['date']}  {meta['machine']}  "
         f"Python {meta['python']}  redis-server {meta['redis']}  ({meta['seconds']} s)",
         "",
-        f"Uncontended acquire+release: median of {opts['rounds']} interleaved blocks "
-        f"x {opts['cycles']} cycles; ratio = median of same-round ratios to raw;",
-        "CPU = this process + redis-server per cycle, steadier than wall time on a busy machine",
-        f"  {'library':<34}{'cycles/s':>10}{'x raw':>8}{'CPU us':>10}{'CPU x raw':>11}",
+        *_uncontended_lines(data),
     ]
-    for lib, row in data["uncontended"].items():
-        lines.append(
-            f"  {labels[lib]:<34}{row['cycles_per_s']:>10.0f}{_num(row['ratio_to_raw'], '.2f'):>8}"
-            f"{_num(row.get('cpu_us_per_cycle'), '.1f'):>10}"
-            f"{_num(row.get('cpu_ratio_to_raw'), '.2f'):>11}"
-        )
     if data["contended"]:
         lines += [
             "",
@@ -191,10 +242,10 @@ def render(data: dict[str, Any]) -> str:
             polite, greedy = modes["polite"], modes["greedy"]
             lines.append(
                 f"  {labels[lib]:<34}"
-                f"{_num(polite['p50_ms'], '.2f') + '/' + _num(polite['p99_ms'], '.2f'):>16}"
-                f"{_num(greedy['p50_ms'], '.2f') + '/' + _num(greedy['p99_ms'], '.2f'):>16}"
-                f"{greedy['acquisitions']:>8}{_num(greedy['min_acquisitions'], 'd'):>5}"
-                f"{_num(greedy['min_share_of_fair'], '.2f'):>9}"
+                f"{number(polite['p50_ms'], '.2f') + '/' + number(polite['p99_ms'], '.2f'):>16}"
+                f"{number(greedy['p50_ms'], '.2f') + '/' + number(greedy['p99_ms'], '.2f'):>16}"
+                f"{greedy['acquisitions']:>8}{number(greedy['min_acquisitions'], 'd'):>5}"
+                f"{number(greedy['min_share_of_fair'], '.2f'):>9}"
                 f"{polite['violations'] + greedy['violations']:>11}"
             )
     lines += ["", "Targets for django-redislock Lock (same run; noisy machines move them):"]

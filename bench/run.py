@@ -1,4 +1,4 @@
-"""Command line and measurement loops: ``python -m bench [--quick] [--json] [--libs ...]``.
+"""Command line and contended runs: ``python -m bench [--quick] [--json] [--libs ...]``.
 
 Noise on shared machines is large, so libraries are measured in small blocks,
 interleaved (the order rotates every round), repeated, and summarised by
@@ -14,13 +14,13 @@ import multiprocessing
 import os
 import platform
 import queue
-import statistics
 import sys
 import time
 from typing import Any
 
 from bench.libs import LIBRARIES
 from bench.report import Thresholds, render, summarize_contended, targets
+from bench.uncontended import measure_uncontended, rotated
 from bench.workers import Command, worker_main
 
 DEFAULTS = {"rounds": 15, "cycles": 300, "processes": 8, "contended_rounds": 2, "duration": 1.0}
@@ -40,7 +40,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=",".join(LIBRARIES),
         help=f"comma-separated libraries (default: all of {', '.join(LIBRARIES)})",
     )
-    parser.add_argument("--rounds", type=int, help="uncontended rounds (blocks per library)")
+    parser.add_argument(
+        "--rounds", type=int, help="uncontended rounds (blocks per library and mode)"
+    )
     parser.add_argument("--cycles", type=int, help="acquire+release cycles per uncontended block")
     parser.add_argument("--processes", type=int, help="competing processes in handoff runs")
     parser.add_argument("--contended-rounds", type=int, help="handoff rounds per library and mode")
@@ -65,94 +67,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.processes < 2:
         parser.error("--processes must be at least 2")
     return args
-
-
-def rotated(items: list[str], shift: int) -> list[str]:
-    shift %= len(items)
-    return items[shift:] + items[:shift]
-
-
-# --- uncontended ---------------------------------------------------------------
-
-
-def measure_uncontended(
-    url: str, libs: list[str], rounds: int, cycles: int, server_pid: int | None = None
-) -> dict[str, Any]:
-    """Wall-clock rates and ratios, plus CPU per cycle (this process + redis-server).
-
-    The CPU figure moves far less than wall time on a busy machine, so its
-    ratio to raw is a steadier estimate of the ratio on a quiet one.
-    """
-    import redis
-
-    client = redis.Redis.from_url(url)
-    rates: dict[str, list[float]] = {lib: [] for lib in libs}
-    ratios: dict[str, list[float]] = {lib: [] for lib in libs}
-    cpus: dict[str, list[float]] = {lib: [] for lib in libs}
-    cpu_ratios: dict[str, list[float]] = {lib: [] for lib in libs}
-    for lib in libs:  # warm-up: scripts loaded, watchdog thread started, imports done
-        _block(client, lib, f"bench:warm:{lib}", max(10, cycles // 10), server_pid)
-    for round_no in range(rounds):
-        rate: dict[str, float] = {}
-        cpu: dict[str, float | None] = {}
-        for lib in rotated(libs, round_no):
-            name = f"bench:u:{lib}:{round_no}"
-            rate[lib], cpu[lib] = _block(client, lib, name, cycles, server_pid)
-            rates[lib].append(rate[lib])
-        for lib in libs:
-            cycle_cpu = cpu[lib]
-            if cycle_cpu is not None:
-                cpus[lib].append(cycle_cpu)
-            if "raw" in rate:
-                ratios[lib].append(rate[lib] / rate["raw"])
-                raw_cpu = cpu["raw"]
-                if cycle_cpu and raw_cpu:
-                    cpu_ratios[lib].append(raw_cpu / cycle_cpu)
-    client.close()
-    return {
-        lib: {
-            "cycles_per_s": statistics.median(rates[lib]),
-            "ratio_to_raw": _median(ratios[lib]),
-            "cpu_us_per_cycle": _median(cpus[lib]),
-            "cpu_ratio_to_raw": _median(cpu_ratios[lib]),
-            "blocks": rates[lib],
-        }
-        for lib in libs
-    }
-
-
-def _median(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
-
-
-def _server_cpu_ns(pid: int | None) -> int | None:
-    """CPU time redis-server has used, in ns (Linux); ``None`` where unknown."""
-    if pid is None:
-        return None
-    try:
-        with open(f"/proc/{pid}/schedstat") as stat:
-            return int(stat.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _block(
-    client: Any, lib: str, name: str, cycles: int, server_pid: int | None
-) -> tuple[float, float | None]:
-    """Cycles per second and CPU µs per cycle (``None`` without server CPU figures)."""
-    acquire, release = LIBRARIES[lib].make(client, name)
-    server_before = _server_cpu_ns(server_pid)
-    cpu_before = time.process_time_ns()
-    started = time.perf_counter()
-    for _ in range(cycles):
-        acquire()
-        release()
-    elapsed = time.perf_counter() - started
-    cpu = time.process_time_ns() - cpu_before
-    server_after = _server_cpu_ns(server_pid)
-    if server_before is None or server_after is None:
-        return cycles / elapsed, None
-    return cycles / elapsed, (cpu + server_after - server_before) / cycles / 1000
 
 
 # --- contended ---------------------------------------------------------------------

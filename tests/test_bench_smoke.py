@@ -1,8 +1,8 @@
-"""The benchmark harness runs end to end: quick mode, our Lock and the raw floor only.
+"""The benchmark harnesses run end to end in quick mode, every library included.
 
 Not a speed test: timing targets live in ``python -m bench``'s own report. This
 only proves the harness works, finds no mutual-exclusion violation, and reports
-ratios to the raw floor.
+per-use and reused ratios and Redis time per cycle against the raw floor.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.libs import LIBRARIES
 from bench.report import render
 from tests.servers import REDIS_SERVER
 
@@ -31,28 +32,39 @@ def run_bench(command: list[str], *, timeout: float) -> subprocess.CompletedProc
 
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
-def test_quick_bench_of_lock_and_raw() -> None:
-    completed = run_bench(
-        [*BENCH, "--quick", "--json", "--libs", "redislock,raw", "--processes", "3"], timeout=30
-    )
+def test_quick_bench_of_every_library() -> None:
+    completed = run_bench([*BENCH, "--quick", "--json", "--processes", "3"], timeout=60)
     assert completed.returncode == 0, completed.stderr
     data = json.loads(completed.stdout)
 
-    assert set(data["uncontended"]) == {"redislock", "raw"}
-    assert data["uncontended"]["raw"]["ratio_to_raw"] == pytest.approx(1.0)
-    assert data["uncontended"]["redislock"]["ratio_to_raw"] > 0
-    assert "cpu_ratio_to_raw" in data["uncontended"]["redislock"]
-    modes = data["contended"]["redislock"]
-    assert set(modes) == {"polite", "greedy"}
-    for mode in modes.values():
-        assert mode["violations"] == 0
-        assert mode["acquisitions"] > 0
-        assert mode["p50_ms"] is not None
-    assert "raw" not in data["contended"]  # the floor has no fair wait to measure
+    assert list(data["uncontended"]) == ["per_use", "reused"]  # per use first
+    for rows in data["uncontended"].values():
+        assert set(rows) == set(LIBRARIES)
+        assert rows["raw"]["ratio_to_raw"] == pytest.approx(1.0)
+        assert rows["raw"]["redis_top_x_raw"] == pytest.approx(1.0)
+        for lib, row in rows.items():
+            assert row["ratio_to_raw"] > 0, lib
+            assert "cpu_ratio_to_raw" in row
+            assert row["redis_us_top"] > 0, lib  # the server timed this library's commands
+            assert row["redis_us_all"] >= row["redis_us_top"], lib
+            assert row["redis_calls_per_cycle"].get("evalsha", 0) >= 1, lib  # every release
+    contended = data["contended"]
+    assert set(contended) == set(LIBRARIES) - {"raw"}  # the floor has no fair wait to measure
+    for modes in contended.values():
+        assert set(modes) == {"polite", "greedy"}
+        for mode in modes.values():
+            assert mode["violations"] == 0
+            assert mode["acquisitions"] > 0
+            assert mode["p50_ms"] is not None
 
     text = render(data)
-    assert "x raw" in text
-    assert "django-redislock Lock" in text
+    per_use, reused = text.index("Per use ("), text.index("Reused (")
+    assert per_use < reused < text.index("Handoff gap")
+    for lib, label in data["meta"]["labels"].items():
+        rows = [line for line in text.splitlines() if line.strip().startswith(label + "  ")]
+        assert len(rows) == (2 if lib == "raw" else 3), label  # per use, reused, handoff
+    assert "Redis top" in text and "Redis all" in text
+    assert "per use ahead of redis-py Lock" in text
     assert "mutual-exclusion violations = 0" in text
 
 
@@ -63,7 +75,11 @@ def test_semaphore_bench_reports_every_contender_against_the_floor() -> None:
         timeout=60,
     )
     assert completed.returncode == 0, completed.stderr
-    rows = [line for line in completed.stdout.splitlines() if "x floor" in line]
-    assert [row.split()[0] for row in rows] == ["Semaphore", "seed", "raw"]
+    lines = completed.stdout.splitlines()
+    rows = [line for line in lines if "x floor" in line and "Redis" not in line]
+    assert [row.split()[0] for row in rows] == ["Semaphore", "Sem/use", "seed", "raw"]
     assert all("CPU" in row for row in rows) or sys.platform != "linux"
     assert "Semaphore vs seed fair:" in completed.stdout
+    redis_rows = [line for line in lines if "Redis top" in line]
+    assert [row.split()[0] for row in redis_rows] == ["Semaphore", "Sem/use", "seed", "raw"]
+    assert "1.00x floor   all" in redis_rows[-1]  # the floor against itself
