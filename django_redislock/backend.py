@@ -113,7 +113,7 @@ def _client_for(alias: str) -> Any:
         cache = caches[alias]
     except InvalidCacheBackendError as exc:
         raise ImproperlyConfigured(
-            f"django-redislock: cache alias {alias!r} is not defined in CACHES."
+            f"(django_redislock.E003) cache alias {alias!r} is not defined in CACHES."
         ) from exc
     backend = f"{type(cache).__module__}.{type(cache).__qualname__}"
     client = getattr(cache, "client", None)
@@ -126,11 +126,11 @@ def _client_for(alias: str) -> Any:
             return inner.get_client(None, write=True)
     except (NotImplementedError, TypeError) as exc:
         raise ImproperlyConfigured(
-            f"django-redislock: cache {alias!r} ({backend}) cannot give a raw Redis "
+            f"(django_redislock.E022) cache {alias!r} ({backend}) cannot give a raw Redis "
             f"connection; use django-redis's DefaultClient or SentinelClient."
         ) from exc
     raise ImproperlyConfigured(
-        f"django-redislock: cache {alias!r} uses {backend}, which is not Redis-backed; "
+        f"(django_redislock.E004) cache {alias!r} uses {backend}, which is not Redis-backed; "
         f"use django_redis.cache.RedisCache."
     )
 

@@ -20,6 +20,9 @@ REDIS_BACKENDS = (
 CLUSTER_CLIENT = "django_redislock.cluster.ClusterClient"
 SENTINEL_CLIENT = "django_redis.client.SentinelClient"
 SENTINEL_FACTORY = "django_redis.pool.SentinelConnectionFactory"
+SHARD_CLIENT = "django_redis.client.ShardClient"
+#: Socket timeouts to suggest, in seconds.
+SUGGESTED_TIMEOUTS = {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5}
 
 
 def _check_id(suffix: str) -> str:
@@ -41,7 +44,77 @@ def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
             hint="Use django_redis.cache.RedisCache (or a subclass) for this cache.",
             id=_check_id("E004"),
         )
-    return _cluster_problem(alias, caches[alias]) or _sentinel_problem(alias, caches[alias])
+    return (
+        _shard_problem(alias, caches[alias])
+        or _cluster_problem(alias, caches[alias])
+        or _sentinel_problem(alias, caches[alias])
+    )
+
+
+def _shard_problem(alias: str, config: Any) -> CheckMessage | None:
+    """django-redis's ShardClient spreads keys over several servers and hands
+    out no single connection: a lock's keys and scripts need one."""
+    client = (config.get("OPTIONS") or {}).get("CLIENT_CLASS")
+    if client != SHARD_CLIENT and not _is_subclass_path(client, SHARD_CLIENT):
+        return None
+    return Error(
+        f"Cache {alias!r} uses {SHARD_CLIENT}, which cannot hand out the single Redis "
+        f"connection a lock needs.",
+        hint="Give the locks their own cache with django-redis's DefaultClient "
+        "(REDISLOCK['CACHE']), or use REDISLOCK['REDLOCK'] over independent servers.",
+        id=_check_id("E022"),
+    )
+
+
+def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
+    """Without socket timeouts a hung Redis blocks a request until the OS gives
+    up (minutes), and a lost lease is reported late."""
+    options = config.get("OPTIONS") or {}
+    pool = options.get("CONNECTION_POOL_KWARGS") or {}
+    if config.get("BACKEND") == "django.core.cache.backends.redis.RedisCache":
+        names = {
+            "SOCKET_CONNECT_TIMEOUT": "socket_connect_timeout",
+            "SOCKET_TIMEOUT": "socket_timeout",
+        }
+        missing = [k for k, v in names.items() if options.get(v) is None]
+        suggestion = ", ".join(f"{names[k]!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
+    else:
+        missing = [
+            k for k in SUGGESTED_TIMEOUTS
+            if options.get(k) is None and pool.get(k.lower()) is None
+        ]  # fmt: skip
+        suggestion = ", ".join(f"{k!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
+    if not missing:
+        return None
+    return Warning(
+        f"Cache {alias!r}, which the locks use, sets no {' and no '.join(missing)}: a hung "
+        f"Redis would block requests until the operating system gives up, and a lost "
+        f"lease would be reported late.",
+        hint=f"Add to its OPTIONS: {{{suggestion}}} (seconds).",
+        id=_check_id("W002"),
+    )
+
+
+def _sqlite_problem() -> CheckMessage | None:
+    """SQLite with ATOMIC_REQUESTS and concurrent deductions: "database is locked"."""
+    from django.apps import apps
+
+    from .models import InventoryMixin
+
+    if not any(issubclass(m, InventoryMixin) for m in apps.get_models()):
+        return None
+    for alias, config in getattr(settings, "DATABASES", {}).items():
+        sqlite = str(config.get("ENGINE", "")).endswith("sqlite3")
+        immediate = (config.get("OPTIONS") or {}).get("transaction_mode") == "IMMEDIATE"
+        if sqlite and config.get("ATOMIC_REQUESTS") and not immediate:
+            return Warning(
+                f"Database {alias!r} is SQLite with ATOMIC_REQUESTS, and a model uses "
+                f"InventoryMixin: concurrent deductions fail with 'database is locked'.",
+                hint="Use PostgreSQL in production, or set "
+                "OPTIONS['transaction_mode'] = 'IMMEDIATE' (Django 5.1+) for SQLite.",
+                id=_check_id("W003"),
+            )
+    return None
 
 
 def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:
@@ -83,6 +156,12 @@ def _is_redis_backend(path: str) -> bool:
     return False
 
 
+@register(Tags.models)
+def check_inventory_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    problem = _sqlite_problem()
+    return [] if problem is None else [problem]
+
+
 @register(Tags.caches, Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     raw = getattr(settings, "REDISLOCK", {})
@@ -96,6 +175,10 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         problem = _cache_problem(merged["CACHE"], "REDISLOCK['CACHE']")
         if problem is not None:
             messages.append(problem)
+        elif merged["CACHE"] in getattr(settings, "CACHES", {}):
+            problem = _timeouts_problem(merged["CACHE"], settings.CACHES[merged["CACHE"]])
+            if problem is not None:
+                messages.append(problem)
     redlock = merged["REDLOCK"]
     if isinstance(redlock, list | tuple) and all(isinstance(a, str) and a for a in redlock):
         for alias in redlock:

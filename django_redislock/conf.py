@@ -126,7 +126,8 @@ def validate(raw: object) -> list[Problem]:
             Problem(
                 "E008",
                 f"REDISLOCK['AUTO_RENEW'] must be True or False, not {merged['AUTO_RENEW']!r}.",
-                "",
+                "True (the default) lets the watchdog keep a live holder's lease; "
+                "False leaves each lease to run out after TIMEOUT.",
             )
         )
     redlock = merged["REDLOCK"]

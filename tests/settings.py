@@ -92,7 +92,12 @@ def redis_cache(url: str, **options: object) -> dict[str, object]:
     return {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": url,
-        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.DefaultClient", **options},
+        "OPTIONS": {
+            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "SOCKET_CONNECT_TIMEOUT": 5,
+            "SOCKET_TIMEOUT": 5,
+            **options,
+        },
     }
 
 

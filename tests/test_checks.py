@@ -148,10 +148,57 @@ def test_several_problems_are_all_reported() -> None:
 def test_redis_backends_are_accepted(backend: str) -> None:
     redis_caches = {"default": {"BACKEND": backend, "LOCATION": "redis://127.0.0.1:1/0"}}
     with override_settings(REDISLOCK={}, CACHES=redis_caches):
-        assert check_settings() == []
+        assert ids(check_settings()) == ["django_redislock.W002"]  # a Redis cache: no E004
 
 
 def test_check_is_registered_with_django() -> None:
     with override_settings(REDISLOCK={"CACHE": "locmem"}, CACHES=caches()):
         found = [m for m in run_checks(tags=["caches"]) if m.id.startswith("django_redislock")]
     assert ids(found) == ["django_redislock.E004"]
+
+
+# fail fast: what passes the old checks but fails at the first lock -----------------------
+
+
+def test_a_lock_cache_without_socket_timeouts_warns_w002() -> None:
+    bare = {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": "redis://127.0.0.1:1/0"}
+    messages = check({"CACHE": "bare"}, bare=bare)
+    assert ids(messages) == ["django_redislock.W002"]
+    assert "SOCKET_TIMEOUT" in messages[0].msg and "'SOCKET_TIMEOUT': 5" in str(messages[0].hint)
+    half = {**bare, "OPTIONS": {"SOCKET_TIMEOUT": 5}}
+    assert "SOCKET_CONNECT_TIMEOUT" in check({"CACHE": "half"}, half=half)[0].msg
+    builtin = {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": "redis://x"}
+    messages = check({"CACHE": "builtin"}, builtin=builtin)
+    assert ids(messages) == ["django_redislock.W002"]
+    assert "'socket_timeout': 5" in str(messages[0].hint)
+    with_them = {**builtin, "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}
+    assert check({"CACHE": "ok"}, ok=with_them) == []
+
+
+def test_a_shard_client_cache_is_an_error_e022() -> None:
+    shard = {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": ["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"],
+        "OPTIONS": {"CLIENT_CLASS": "django_redis.client.ShardClient", "SOCKET_TIMEOUT": 5},
+    }
+    messages = check({"CACHE": "shard"}, shard=shard)
+    assert ids(messages) == ["django_redislock.E022"]
+    assert messages[0].hint
+
+
+def test_sqlite_with_atomic_requests_and_inventory_warns_w003(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django.conf import settings
+
+    from django_redislock.checks import check_inventory_database
+
+    sqlite = {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3"}
+    monkeypatch.setattr(settings, "DATABASES", {"default": {**sqlite, "ATOMIC_REQUESTS": True}})
+    (message,) = check_inventory_database()  # tests.models.Item uses InventoryMixin
+    assert message.id == "django_redislock.W003" and "transaction_mode" in str(message.hint)
+    immediate = {**sqlite, "ATOMIC_REQUESTS": True, "OPTIONS": {"transaction_mode": "IMMEDIATE"}}
+    monkeypatch.setattr(settings, "DATABASES", {"default": immediate})
+    assert check_inventory_database() == []
+    monkeypatch.setattr(settings, "DATABASES", {"default": sqlite})
+    assert check_inventory_database() == []
