@@ -122,7 +122,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
     async def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
         settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
+        keys, _ = self._key_set(self._prefix(settings))
         with backend.translate_errors(self.name):
             return bool(await AsyncConnection(self._client(settings)).call("exists", keys[0]))
 
@@ -131,7 +131,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         holding = self._holding()
         if holding is None:
             return False
-        keys, _ = self._key_set(self._settings().key_prefix)
+        keys, _ = self._key_set(self._prefix(self._settings()))
         with backend.translate_errors(self.name):
             value = await AsyncConnection(holding.client).call("get", keys[0])
         state = parse_lock_value(value)
@@ -140,7 +140,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
     async def ttl(self) -> float | None:
         """Seconds left on the current lease (anyone's), or ``None`` when free."""
         settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
+        keys, _ = self._key_set(self._prefix(settings))
         with backend.translate_errors(self.name):
             remaining = await AsyncConnection(self._client(settings)).call("pttl", keys[0])
         return remaining / 1000.0 if remaining >= 0 else None

@@ -77,6 +77,18 @@ class _ClientCache:
 
     def __init__(self) -> None:
         self._entry: tuple[int, dict[str, tuple[Any, float]]] = (-1, {})
+        self._namespaces: tuple[int, dict[str, str]] = (-1, {})
+
+    def get_namespace(self, alias: str, key_prefix: str) -> str:
+        current = generation()
+        owner, found = self._namespaces
+        if owner != current:
+            found = {}
+            self._namespaces = (current, found)
+        suffix = found.get(alias)
+        if suffix is None:
+            suffix = found[alias] = _cache_namespace(alias)
+        return key_prefix + suffix
 
     def get(self, alias: str) -> tuple[Any, float]:
         current = generation()
@@ -92,6 +104,32 @@ class _ClientCache:
 
 
 _clients = _ClientCache()
+
+
+def namespace(alias: str, key_prefix: str) -> str:
+    """The prefix of every lock key written through the cache ``alias``.
+
+    ``REDISLOCK["KEY_PREFIX"]``, then the cache's own ``KEY_PREFIX`` and
+    ``VERSION`` when it sets them (as every other key of that cache carries
+    them: django-redis's ``<prefix>:<version>:<key>``), so two sites sharing
+    one Redis database, told apart by their caches' ``KEY_PREFIX``, never share
+    a lock. A cache with neither (the default) keeps the plain prefix. The
+    cache's prefix is percent-encoded like a name, so it can never open or
+    close the hash tag that follows.
+    """
+    return _clients.get_namespace(alias, key_prefix)
+
+
+def _cache_namespace(alias: str) -> str:
+    try:
+        cache = caches[alias]
+    except InvalidCacheBackendError:
+        return ""
+    prefix = str(getattr(cache, "key_prefix", "") or "")
+    version = getattr(cache, "version", 1)
+    if not prefix and version in (1, None):
+        return ""
+    return f":{encode_name(prefix)}:{version}"
 
 
 def get_client(alias: str) -> Any:

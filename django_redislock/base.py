@@ -66,7 +66,7 @@ class Resolved:
         self.settings = settings
         self.alias = primitive.using or settings.cache
         self.client, self.chunk = primitive._client_and_chunk(settings)
-        self.keys, self.sigprefix = primitive._key_set(settings.key_prefix)
+        self.keys, self.sigprefix = primitive._key_set(primitive._prefix(settings))
         # Bytes go to the wire as they are; a str would be encoded on every call.
         self.wire_keys = [k.encode() for k in self.keys]
         self.wire_sigprefix = self.sigprefix.encode()
@@ -169,6 +169,10 @@ class Primitive:
 
     def _client_and_chunk(self, settings: LockSettings) -> tuple[Any, float]:
         return backend.get_client_and_chunk(self.using or settings.cache)
+
+    def _prefix(self, settings: LockSettings) -> str:
+        """The key prefix of this primitive's cache alias (``backend.namespace``)."""
+        return backend.namespace(self.using or settings.cache, settings.key_prefix)
 
     def _lease(self, settings: LockSettings) -> float:
         return self.timeout if self.timeout is not None else settings.timeout

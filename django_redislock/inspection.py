@@ -244,7 +244,7 @@ def held_names(
     client: Any, prefix: str, kind: Kind, pattern: str | None = None, *, count: int = 1000
 ) -> Iterator[str]:
     """Names of ``kind`` held now (SCAN; a name may repeat if keys move during the scan)."""
-    match = f"{prefix}:{{*}}:{kind.main_part}"
+    match = f"{_glob_escape(prefix)}:{{*}}:{kind.main_part}"
     for raw in backend.scan(client, match, count=count):
         parsed = backend.parse_key(prefix, raw)
         if parsed is None or parsed[1] != kind.main_part:
@@ -332,6 +332,11 @@ def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]
 
 #: Counters kept per name by the acquire scripts (see ``scripts/_stats.lua``).
 STAT_FIELDS = ("acquired", "contended", "lost", "wait_ms")
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` matched literally by SCAN's MATCH (a cache's KEY_PREFIX may hold ``*``)."""
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
 
 
 def _text(value: bytes | str) -> str:

@@ -247,7 +247,7 @@ class LockBase(Primitive):
 
     def _own_hold_key(self) -> tuple[str, str]:
         settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
+        keys, _ = self._key_set(self._prefix(settings))
         return self._hold_key(self.using or settings.cache, keys[0])
 
     def _reentry(self, key: tuple[str, str]) -> Holding | None:
@@ -406,7 +406,7 @@ class Lock(LockBase, SyncPrimitive):
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
         settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
+        keys, _ = self._key_set(self._prefix(settings))
         with backend.translate_errors(self.name):
             return bool(self._client(settings).exists(keys[0]))
 
@@ -415,7 +415,7 @@ class Lock(LockBase, SyncPrimitive):
         holding = self._holding()
         if holding is None:
             return False
-        keys, _ = self._key_set(self._settings().key_prefix)
+        keys, _ = self._key_set(self._prefix(self._settings()))
         with backend.translate_errors(self.name):
             state = parse_lock_value(holding.client.get(keys[0]))
         return state is not None and state.token == holding.token
@@ -423,7 +423,7 @@ class Lock(LockBase, SyncPrimitive):
     def ttl(self) -> float | None:
         """Seconds left on the current lease (anyone's), or ``None`` when free."""
         settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
+        keys, _ = self._key_set(self._prefix(settings))
         with backend.translate_errors(self.name):
             remaining = self._client(settings).pttl(keys[0])
         return remaining / 1000.0 if remaining >= 0 else None

@@ -27,7 +27,8 @@ def connect(using: str | None = None) -> tuple[Any, str]:
     """The client and key prefix to inspect, or ``OpsError``."""
     try:
         settings = get_settings()
-        return backend.get_client(using or settings.cache), settings.key_prefix
+        alias = using or settings.cache
+        return backend.get_client(alias), backend.namespace(alias, settings.key_prefix)
     except ImproperlyConfigured as exc:
         raise OpsError(str(exc)) from exc
 

@@ -253,7 +253,7 @@ class PermitBase(Primitive):
 
     def _describe_keys(self) -> tuple[Any, list[str]]:
         settings = self._settings()
-        keys, _ = self._key_set(settings.key_prefix)
+        keys, _ = self._key_set(self._prefix(settings))
         return self._client(settings), [keys[0], keys[2]]
 
     def _owns(self, holders: list[HolderInfo]) -> bool:

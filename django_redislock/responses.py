@@ -149,10 +149,11 @@ def _history(name: str, using: str | None) -> tuple[float | None, int]:
     """The average wait in seconds per contended acquire (``None`` when never
     waited for) and the number of waiters queued now: one round trip."""
     settings = get_settings()
-    client = backend.get_client(using or settings.cache)
+    alias = using or settings.cache
+    client, prefix = backend.get_client(alias), backend.namespace(alias, settings.key_prefix)
     pipe = client.pipeline(transaction=False)
-    pipe.hmget(backend.key(settings.key_prefix, name, "stats"), ["contended", "wait_ms"])
-    pipe.zcard(backend.key(settings.key_prefix, name, "queue"))
+    pipe.hmget(backend.key(prefix, name, "stats"), ["contended", "wait_ms"])
+    pipe.zcard(backend.key(prefix, name, "queue"))
     (contended, wait_ms), queued = pipe.execute()
     contended, wait_ms = int(contended or 0), int(wait_ms or 0)
     if not contended or not wait_ms:

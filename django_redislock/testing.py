@@ -52,8 +52,10 @@ def assert_no_locks_held(using: str | None = None) -> None:
     """Raise ``AssertionError`` listing every name still held through the cache
     ``using`` (default ``REDISLOCK["CACHE"]``); found with SCAN, never KEYS."""
     settings = get_settings()
-    client = backend.get_client(using or settings.cache)
-    held = inspection.list_held(client, settings.key_prefix)
+    alias = using or settings.cache
+    held = inspection.list_held(
+        backend.get_client(alias), backend.namespace(alias, settings.key_prefix)
+    )
     if held:
         listed = ", ".join(
             f"{info.kind} {info.name!r} ({', '.join(h.holder for h in info.holders)})"

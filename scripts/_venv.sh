@@ -15,9 +15,9 @@ if [ ! -x "$VENV/bin/python" ]; then
   echo "== creating $VENV with $("$PY" --version)"
   "$PY" -m venv "$VENV"
 fi
-stamp="$VENV/.installed-$(cat pyproject.toml | sha1sum | cut -c1-12)"
+stamp="$VENV/.installed-$(cat pyproject.toml scripts/_venv.sh | sha1sum | cut -c1-12)"
 if [ ! -f "$stamp" ]; then
   "$VENV/bin/python" -m pip install --quiet --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet -e ".[test,lint,docs,bench]"
+  "$VENV/bin/python" -m pip install --quiet -e ".[test,lint,docs,bench,package]"
   touch "$stamp"
 fi

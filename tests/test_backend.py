@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import signal
 import threading
 import time
@@ -10,7 +11,7 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redislock import AsyncLock, Lock, LockBackendError
+from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError, backend
 from tests.holders import OtherThread
 from tests.servers import RedisServer, free_port
 from tests.settings import redis_cache
@@ -145,3 +146,65 @@ def test_async_wait_longer_than_the_socket_timeout_succeeds() -> None:
         return waited
 
     assert 2.5 < asyncio.run(main()) < 8
+
+
+# the cache's namespace: KEY_PREFIX and VERSION ------------------------------------------
+
+
+def _two_sites(redis_url: str, **second: object) -> dict[str, object]:
+    from tests.settings import redis_cache
+
+    first = redis_cache(redis_url)
+    first["KEY_PREFIX"] = "site1"
+    other = redis_cache(redis_url)
+    other.update(second)
+    return {"default": redis_cache(redis_url), "site1": first, "site2": other}
+
+
+@pytest.mark.parametrize("second", [{"KEY_PREFIX": "site2"}, {"KEY_PREFIX": "site1", "VERSION": 2}])
+def test_caches_that_differ_only_in_prefix_or_version_never_share_a_lock(
+    redis_url: str, redis_client: redis.Redis, second: dict[str, object]
+) -> None:
+    import json
+
+    from django.core.management import call_command
+    from django.test import override_settings
+
+    with override_settings(CACHES=_two_sites(redis_url, **second)):
+        one, two = Lock("sku:1", using="site1"), Lock("sku:1", using="site2")
+        assert one.acquire(blocking=False)
+        assert two.acquire(blocking=False)  # the same name, two sites: both held at once
+        assert redis_client.exists("redislock:site1:1:{sku:1}:lock")
+        version = second.get("VERSION", 1)
+        assert redis_client.exists(f"redislock:{second['KEY_PREFIX']}:{version}:{{sku:1}}:lock")
+        out = io.StringIO()
+        call_command("locks", "--using", "site1", "--json", stdout=out)
+        assert [row["name"] for row in json.loads(out.getvalue())] == ["sku:1"]
+        out = io.StringIO()
+        call_command("locks", "--using", "default", "--json", stdout=out)
+        assert json.loads(out.getvalue()) == []  # the default cache sees neither
+        call_command("locks", "--using", "site1", "clear", "--all", "--noinput", stdout=out)
+        assert not one.locked()
+        assert two.locked() and two.owned()  # the other site's lock stands
+        two.release()
+        with pytest.raises(LockLostError):
+            one.release()
+
+
+def test_a_cache_without_prefix_or_version_keeps_the_plain_keys(redis_client: redis.Redis) -> None:
+    with Lock("plain"):
+        assert redis_client.exists("redislock:{plain}:lock")
+
+
+def test_a_cache_prefix_cannot_break_the_hash_tag_or_the_scan(
+    redis_url: str, redis_client: redis.Redis
+) -> None:
+    from django.test import override_settings
+
+    from django_redislock import inspection
+
+    caches = _two_sites(redis_url, KEY_PREFIX="we{ir}d*")
+    with override_settings(CACHES=caches), Lock("n", using="site2"):
+        assert redis_client.exists("redislock:we%7Bir%7Dd*:1:{n}:lock")
+        prefix = backend.namespace("site2", "redislock")
+        assert [h.name for h in inspection.list_held(redis_client, prefix)] == ["n"]
