@@ -44,7 +44,8 @@ class Waiter:
 
 
 def _entry_holder(entry: bytes | str | None) -> str:
-    """The holder in a Lock waiter's deadlines entry, ``deadline:grant:holder``."""
+    """The holder in a waiter's deadlines entry, ``deadline:grant:holder`` (a
+    permit waiter's grant is 0)."""
     if entry is None:
         return ""
     parts = inspection._text(entry).split(":", 2)
@@ -61,8 +62,8 @@ def waiters(
 ) -> list[list[Waiter]]:
     """The first ``limit`` waiters of each ``(name, kind)``: two pipelined round trips.
 
-    A queue's score is the waiter's arrival on the server's clock (µs). A Lock
-    waiter's deadlines entry also says who it is; a permit waiter's does not.
+    A queue's score is the waiter's arrival on the server's clock (µs); its
+    deadlines entry also says who it is.
     """
     if not entries:
         return []

@@ -446,3 +446,42 @@ def test_dashboard_on_a_redis_cluster(
     assert rows[1]["fencing_token"] == fence
     assert all(0 <= r["held_for"] < 30 for r in rows)
     assert '<tr data-name="sku:1">' in body  # a hot name
+
+
+def test_semaphore_waiters_show_their_context_too(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    import threading
+    import time
+
+    from django_redislock import Semaphore
+    from django_redislock.context import describe_holder
+
+    holder = Semaphore("pool:1", 1, timeout=60, auto_renew=False)
+    holder.acquire()
+    got: list[bool] = []
+
+    def wait() -> None:
+        with describe_holder("report nightly"):
+            waiter = Semaphore("pool:1", 1, blocking_timeout=30, auto_renew=False)
+            got.append(waiter.acquire())
+        waiter.release()
+
+    thread = threading.Thread(target=wait, name="reporter")
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not redis_client.zcard("redislock:{pool:1}:sem:queue"):
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.01)
+        row = admin_client.get(DATA).json()["results"][0]
+    finally:
+        holder.release()
+        thread.join(30)
+    assert got == [True]
+    (queued,) = row["queue"]
+    assert (queued["position"], queued["runs"], queued["thread"]) == (
+        1,
+        "report nightly",
+        "reporter",
+    )

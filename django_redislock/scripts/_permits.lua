@@ -78,7 +78,8 @@ local function queue_front(queue, deadlines, now_ms, n)
     end
     local dead = {}
     for _, waiter in ipairs(batch) do
-      local deadline = tonumber(redis.call('HGET', deadlines, waiter) or '0')
+      local entry = redis.call('HGET', deadlines, waiter) or '0'
+      local deadline = tonumber(string.match(entry, '^%d+') or '0')
       if deadline >= now_ms then
         live[#live + 1] = waiter
         ends[#ends + 1] = deadline

@@ -89,6 +89,6 @@ else
   hint = tonumber(redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]) - now_ms
 end
 if ARGV[3] == 'wait' then
-  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]))
+  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]), ':0:' .. ARGV[6])
 end
 return {0, hint}
