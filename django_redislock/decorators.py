@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, TypeVar, cast
@@ -33,6 +34,8 @@ from .exceptions import LockBackendError, LockTimeout
 from .locks import Lock
 from .transactions import hand_over
 from .validation import check_alias, check_name, check_seconds
+
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -186,6 +189,13 @@ class _Plan:
         return name
 
 
+def _release_failed(name: str, exc: LockBackendError) -> None:
+    """Redis failed while releasing after the function ran: its lease frees the
+    lock (the watchdog stopped renewing it). Logged, not raised into a view's
+    answer: a 500 (or a 503) would invite a retry of work that is done."""
+    logger.error("Could not release %r after the call; its lease will free it: %s", name, exc)
+
+
 def _release_or_hold_until_commit(lock: Lock) -> None:
     """Release now, or when the enclosing database transaction ends.
 
@@ -269,9 +279,17 @@ def require_lock(
                 try:
                     result = await func(*args, **kwargs)
                 except BaseException as exc:
-                    await lock.__aexit__(type(exc), exc, exc.__traceback__)
+                    try:
+                        await lock.__aexit__(type(exc), exc, exc.__traceback__)
+                    except LockBackendError as release_exc:
+                        _release_failed(name, release_exc)  # the original error goes on
                     raise
-                await lock.__aexit__(None, None, None)
+                try:
+                    await lock.__aexit__(None, None, None)
+                except LockBackendError as exc:
+                    if request is None:
+                        raise
+                    _release_failed(name, exc)  # the view's work is done: answer it
                 return result
 
             wrapper = functools.wraps(func)(_async_view)
@@ -291,9 +309,17 @@ def require_lock(
             try:
                 result = func(*args, **kwargs)
             except BaseException as exc:
-                lock.__exit__(type(exc), exc, exc.__traceback__)
+                try:
+                    lock.__exit__(type(exc), exc, exc.__traceback__)
+                except LockBackendError as release_exc:
+                    _release_failed(name, release_exc)  # the original error goes on
                 raise
-            _release_or_hold_until_commit(lock)
+            try:
+                _release_or_hold_until_commit(lock)
+            except LockBackendError as exc:
+                if request is None:
+                    raise
+                _release_failed(name, exc)  # the view's work is done: answer it
             return result
 
         return cast(F, functools.wraps(func)(_view))

@@ -517,3 +517,42 @@ def test_plain_views_keep_plain_text_with_drf_imported(held: Lock) -> None:
     pytest.importorskip("rest_framework.views")
     response = Client().get("/buy/42/")
     assert response["Content-Type"] == "text/plain; charset=utf-8"
+
+
+# Redis failing on the release, after the view ran ------------------------------------------
+
+
+@pytest.fixture
+def release_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from django_redislock import locks
+
+    def down(*args: object, **kwargs: object) -> None:
+        raise redis.ConnectionError("Redis went away")
+
+    monkeypatch.setattr(locks, "LOCK_RELEASE", down)
+
+
+@pytest.mark.usefixtures("release_fails")
+def test_a_view_whose_release_fails_still_answers_and_logs_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("ERROR", logger="django_redislock"):
+        response = Client().get("/buy/77/")
+    assert response.status_code == 200  # the work is done: no 500, no retry invited
+    assert any("Could not release 'sku:77'" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.usefixtures("release_fails")
+def test_the_views_own_error_is_not_replaced_by_a_failed_release() -> None:
+    with pytest.raises(RuntimeError, match="the view failed"):
+        Client(raise_request_exception=True).get("/boom/78/")
+
+
+@pytest.mark.usefixtures("release_fails")
+def test_a_plain_function_whose_release_fails_raises() -> None:
+    @require_lock("job:<job>")
+    def run(job: str) -> str:
+        return "done"
+
+    with pytest.raises(LockBackendError):
+        run("x")
