@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import weakref
 from typing import Any
 
@@ -22,9 +21,8 @@ from .drivers import AsyncConnection
 from .holders import Registry, current_task, task_registry
 from .holding import Holding, current_pid
 from .locks import LockBase
-from .scripts import LOCK_EXTEND, LOCK_RELEASE
+from .scripts import LOCK_RELEASE
 from .state import parse_lock_value
-from .validation import check_lease
 
 logger = logging.getLogger(__name__)
 
@@ -105,19 +103,9 @@ class AsyncLock(LockBase, AsyncPrimitive):
 
     async def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease from now on (see ``Lock.extend``)."""
-        lease = check_lease(seconds, "seconds")
         holding = self._holding()
-        if holding is None:
-            raise self._not_owned()
-        lease = lease or holding.lease
-        started = time.monotonic()
-        conn = AsyncConnection(holding.client)
-        with backend.translate_errors(self.name):
-            result = await conn.run(LOCK_EXTEND, holding.keys, [holding.token, int(lease * 1000)])
-        if not result:
-            holding.mark_lost("the lease was gone when the holder extended it")
-            raise self._lost(holding)
-        holding.set_lease(lease, started)
+        conn = AsyncConnection(holding.client if holding else None)
+        await drivers.run_async(self._extend_steps(holding, seconds), conn)
 
     async def locked(self) -> bool:
         """Whether anyone holds the lock right now."""

@@ -12,13 +12,15 @@ from __future__ import annotations
 import logging
 import sys
 import time
+from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import backend, signals
+from . import backend, protocol, signals
 from .conf import LockSettings, generation, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .holding import Holding
+from .protocol import Call, Step
 from .validation import check_alias, check_bool, check_lease, check_name, check_seconds, wait_budget
 
 if TYPE_CHECKING:
@@ -194,6 +196,24 @@ class Primitive:
         self, blocking: bool | None, blocking_timeout: float | None, settings: LockSettings
     ) -> tuple[bool, float | None]:
         return wait_budget(self, blocking, blocking_timeout, settings)
+
+    def _extend_steps(
+        self, holding: Holding | None, seconds: float | None
+    ) -> Generator[Step, Any, None]:
+        """``extend()`` of ``holding`` (this holder's, ``None`` when it holds
+        nothing), written once for every primitive and driver: ``seconds``
+        (default: the lease as it stands) becomes the lease from now on, for the
+        watchdog's renewals too. Below 1 ms is a ``ValueError``, before Redis."""
+        lease = check_lease(seconds, "seconds")
+        if holding is None:
+            raise self._not_owned()
+        lease = lease or holding.lease
+        started = time.monotonic()
+        call = Call(holding.renew_script, holding.keys, [holding.token, int(lease * 1000)])
+        if not (yield from protocol.single(call, self.name)):
+            holding.mark_lost("the lease was gone when the holder extended it")
+            raise self._lost(holding)
+        holding.set_lease(lease, started)
 
     # errors, worded the same for every primitive
 

@@ -26,13 +26,21 @@ import os
 import threading
 import weakref
 from collections.abc import Hashable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
-_H = TypeVar("_H")
+
+class _Hold(Protocol):
+    active: bool
+
+
+_H = TypeVar("_H", bound=_Hold)
 
 
 class Registry(Generic[_H]):
-    """The holds of one holder, by (cache alias, key): weak references only."""
+    """The holds of one holder, by (cache alias, key): weak references only.
+
+    A hold that has ended (released, or forgotten after a loss) is no hold:
+    ``get`` skips it, so nothing has to be taken out when a hold ends."""
 
     __slots__ = ("held", "pid")
 
@@ -42,15 +50,10 @@ class Registry(Generic[_H]):
 
     def get(self, key: Hashable) -> _H | None:
         found: _H | None = self.held.get(key)
-        return found
+        return found if found is not None and found.active else None
 
     def put(self, key: Hashable, holding: _H) -> None:
         self.held[key] = holding
-
-    def drop(self, key: Hashable, holding: _H) -> None:
-        """Forget ``holding`` if it is still the one recorded for ``key``."""
-        if self.held.get(key) is holding:
-            del self.held[key]
 
 
 class _ThreadRegistry(threading.local):

@@ -76,7 +76,6 @@ class Holding:
         "pid",
         "release_args",
         "releasing",
-        "renew_interval",
         "renew_script",
         "sender",
         "sigprefix",
@@ -92,6 +91,7 @@ class Holding:
         name: str,
         kind: str,
         token: str,
+        holder: str,
         client: Any,
         lease: float,
         started: float,
@@ -114,10 +114,9 @@ class Holding:
         self.pid = os.getpid()
         self.fencing_token = fencing_token
         self.acquired_at = time.monotonic()
-        self.holder = holder_description()
+        self.holder = holder  # as the acquire described it (holder_description)
         # Measured from before the request was sent: never later than Redis's view.
         self.lease_deadline = started + lease
-        self.renew_interval = lease / 3
         self.renew_script = renew_script
         self.keys = keys
         self.sigprefix = sigprefix
@@ -127,6 +126,11 @@ class Holding:
         self.active = True
         self.releasing = False
         self.lost: str | None = None
+
+    @property
+    def renew_interval(self) -> float:
+        """A third of the lease: the watchdog renews two more times before it ends."""
+        return self.lease / 3
 
     def renew(self) -> bool:
         if not self.active:
@@ -147,7 +151,6 @@ class Holding:
         renewal too (a renewal already on its way may still set the old one
         once; the next one, a third of the new lease later, corrects it)."""
         self.lease = lease
-        self.renew_interval = lease / 3
         self.lease_deadline = started + lease
         if self.active:
             watchdog.reschedule(self)

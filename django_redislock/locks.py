@@ -29,7 +29,6 @@ from .holding import Holding, current_pid, holder_description, new_token
 from .protocol import HANDED, HELD, REFUSED, Call, Step
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .state import parse_lock_value
-from .validation import check_lease
 from .watchdog import watchdog
 
 logger = logging.getLogger(__name__)
@@ -82,6 +81,7 @@ class LockBase(Primitive):
         mode: str,
         waiter_ttl_ms: int,
         sigprefix: str,
+        holder: str,
         stats_ttl_ms: int,
         grant_ms: int = 0,
     ) -> list[Any]:
@@ -91,7 +91,7 @@ class LockBase(Primitive):
             mode,
             waiter_ttl_ms,
             sigprefix,
-            holder_description(),
+            holder,
             FENCE_MEMORY_MS,
             int(time.time() * 1000),
             stats_ttl_ms,
@@ -107,6 +107,7 @@ class LockBase(Primitive):
     def _new_holding(
         self,
         token: str,
+        holder: str,
         client: Any,
         lease: float,
         started: float,
@@ -121,6 +122,7 @@ class LockBase(Primitive):
             name=self.name,
             kind=self.kind,
             token=token,
+            holder=holder,
             client=client,
             lease=lease,
             started=started,
@@ -164,22 +166,22 @@ class LockBase(Primitive):
         if holding is not None:
             nest = self._acquire_args(
                 holding.token, int(holding.lease * 1000), "nest", 0, resolved.sigprefix,
-                settings.stats_ttl_ms,
+                holding.holder, settings.stats_ttl_ms,
             )  # fmt: skip
             reply = yield from protocol.single(Call(LOCK_ACQUIRE, keys, nest), self.name)
             if acquire_reply(reply)[0] != NOT_OURS:
                 holding.depth += 1
                 self._took(hold_key, holding)
                 return None
-            self._supersede(self._registry(), hold_key, holding, GONE_AT_REENTRY)
+            self._supersede(holding, GONE_AT_REENTRY)
 
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
-        token, begun = new_token(), time.monotonic()
+        token, begun, holder = new_token(), time.monotonic(), holder_description()
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
         grant_ms = self._grant_ms(resolved.lease_ms, waiter_ttl_ms)
         args = self._acquire_args(
             token, resolved.lease_ms, "wait" if may_wait else "try", waiter_ttl_ms,
-            resolved.sigprefix, settings.stats_ttl_ms, grant_ms,
+            resolved.sigprefix, holder, settings.stats_ttl_ms, grant_ms,
         )  # fmt: skip
         release_keys = self._release_keys(keys)
         release_args = self._release_args(token, resolved.wire_sigprefix, settings.stats_ttl_ms)
@@ -206,7 +208,7 @@ class LockBase(Primitive):
             self._announce_contended(begun)
             return outcome.value
         holding = self._new_holding(
-            token, resolved.client, resolved.lease, outcome.started, outcome.value,
+            token, holder, resolved.client, resolved.lease, outcome.started, outcome.value,
             release_keys, resolved.wire_sigprefix, settings.stats_ttl_ms,
         )  # fmt: skip
         holding.release_args = release_args
@@ -255,20 +257,17 @@ class LockBase(Primitive):
         already known lost is reported once more, forgotten and not nested into
         (the caller acquires afresh; the handle that took it is told at its
         release)."""
-        registry = self._registry()
-        holding = registry.get(key)
+        holding = self._registry().get(key)
         if holding is not None and holding.lost is not None:
-            self._supersede(registry, key, holding, holding.lost)
+            self._supersede(holding, holding.lost)
             return None
         return holding
 
     @staticmethod
-    def _supersede(
-        registry: Registry[Holding], key: tuple[str, str], holding: Holding, reason: str
-    ) -> None:
+    def _supersede(holding: Holding, reason: str) -> None:
+        """Report ``holding`` lost and end it: its holder no longer holds it."""
         holding.mark_lost(reason)
         holding.end()
-        registry.drop(key, holding)
 
     def _took(self, key: tuple[str, str], holding: Holding) -> None:
         """Record a new or re-entered hold for this handle and its holder."""
@@ -281,7 +280,6 @@ class LockBase(Primitive):
         entered = self._entered()
         if not holding.active:
             entered[:] = [h for h in entered if h is not holding]
-            self._registry().drop(self._own_hold_key(), holding)
         elif entered and entered[-1] is holding:
             entered.pop()
 
@@ -390,18 +388,8 @@ class Lock(LockBase, SyncPrimitive):
         The watchdog renews by the new lease until release, and so does a
         nested acquire. Below 1 ms is a ``ValueError``.
         """
-        lease = check_lease(seconds, "seconds")
         holding = self._holding()
-        if holding is None:
-            raise self._not_owned()
-        lease = lease or holding.lease
-        started = time.monotonic()
-        with backend.translate_errors(self.name):
-            result = LOCK_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
-        if not result:
-            holding.mark_lost("the lease was gone when the holder extended it")
-            raise self._lost(holding)
-        holding.set_lease(lease, started)
+        drivers.run(self._extend_steps(holding, seconds), holding.client if holding else None)
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""

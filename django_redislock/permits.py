@@ -38,7 +38,6 @@ from .scripts import (
     Script,
 )
 from .state import HolderInfo, parse_holders
-from .validation import check_lease
 from .watchdog import watchdog
 
 GRANTED, LIMIT_MISMATCH = 1, -2
@@ -141,11 +140,16 @@ class PermitBase(Primitive):
         """This holder's permits, latest last."""
         raise NotImplementedError
 
+    def _latest(self) -> Holding | None:
+        """This holder's latest permit (``None`` when none)."""
+        stack = self._stack()
+        return stack[-1] if stack else None
+
     @property
     def fencing_token(self) -> int | None:
         """The fencing token of this holder's latest permit (``None`` when none)."""
-        stack = self._stack()
-        return stack[-1].fencing_token if stack else None
+        latest = self._latest()
+        return latest.fencing_token if latest else None
 
     def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
         resolved = self._resolve()
@@ -216,6 +220,7 @@ class PermitBase(Primitive):
             name=self.name,
             kind=self.kind,
             token=member,  # what identifies the permit in the holder ZSET
+            holder=plan.holder,
             client=resolved.client,
             lease=resolved.lease,
             started=started,
@@ -244,12 +249,6 @@ class PermitBase(Primitive):
         if lost is not None:
             raise self._lost(holding)
         self._announce_released(holding)
-
-    def _after_extend(self, holding: Holding, result: int, lease: float, started: float) -> None:
-        if not result:
-            holding.mark_lost("the lease was gone when the holder extended it")
-            raise self._lost(holding)
-        holding.set_lease(lease, started)
 
     def _describe_keys(self) -> tuple[Any, list[str]]:
         settings = self._settings()
@@ -312,16 +311,8 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
     def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease of this holder's latest permit from now on
         (for the watchdog's renewals too; see ``Lock.extend``)."""
-        lease = check_lease(seconds, "seconds")
-        stack = self._stack()
-        if not stack:
-            raise self._not_owned()
-        holding = stack[-1]
-        lease = lease or holding.lease
-        started = time.monotonic()
-        with backend.translate_errors(self.name):
-            result = PERMIT_EXTEND(holding.client, holding.keys, [holding.token, int(lease * 1000)])
-        self._after_extend(holding, result, lease, started)
+        holding = self._latest()
+        drivers.run(self._extend_steps(holding, seconds), holding.client if holding else None)
 
     def owned(self) -> bool:
         """Whether this holder's latest permit is live, according to Redis."""
@@ -387,19 +378,9 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
     async def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease of this holder's latest permit from now on
         (for the watchdog's renewals too; see ``Lock.extend``)."""
-
-        lease = check_lease(seconds, "seconds")
-        stack = self._stack()
-        if not stack:
-            raise self._not_owned()
-        holding = stack[-1]
-        lease = lease or holding.lease
-        started = time.monotonic()
-        with backend.translate_errors(self.name):
-            result = await AsyncConnection(holding.client).run(
-                PERMIT_EXTEND, holding.keys, [holding.token, int(lease * 1000)]
-            )
-        self._after_extend(holding, result, lease, started)
+        holding = self._latest()
+        conn = AsyncConnection(holding.client if holding else None)
+        await drivers.run_async(self._extend_steps(holding, seconds), conn)
 
     async def owned(self) -> bool:
         """Whether this holder's latest permit is live, according to Redis."""

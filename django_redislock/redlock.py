@@ -171,14 +171,14 @@ class Redlock:
         _, budget = wait_budget(self, blocking, blocking_timeout, settings)
         lease_ms = int(lease * 1000)
         allowance = drift(lease)
-        token = new_token()
+        token, holder = new_token(), holder_description()
         args = [
             token,
             lease_ms,
             "try",
             0,
             keys[0] + ":signal:",
-            holder_description(),
+            holder,
             FENCE_MEMORY_MS,
             int(time.time() * 1000),
         ]
@@ -232,6 +232,7 @@ class Redlock:
             name=self.name,
             kind=self.kind,
             token=token,
+            holder=holder,
             lease=lease,
             started=started,
             keys=[keys[0], keys[2], keys[3]],
@@ -360,7 +361,6 @@ class Redlock:
         lease = lease or holding.lease
         if not self._extend_holding(holding, lease, "extended it"):
             raise self._lost(holding)
-        holding.renew_interval = lease / 3
         watchdog.reschedule(holding)
 
     def _extend_holding(self, holding: RedlockHolding, lease: float, action: str) -> bool:

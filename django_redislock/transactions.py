@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .exceptions import LockError, LockTimeout
+from .exceptions import LockError
 from .locks import Lock
 from .multilock import MultiLock
 
@@ -115,20 +115,11 @@ def hold_until_transaction_end(names: list[str], using: str, options: Mapping[st
         return
     if len(wanted) == 1:
         lock = Lock(wanted[0], **options)
-        retry = lock._acquire(None, None)
-        if retry is not None:
-            raise lock._timeout_error(retry)
+        lock.__enter__()  # LockTimeout when it cannot be had in time
         holds.hold([lock])
         return
     multi = MultiLock(wanted, **options)
-    refused = multi._acquire(None, None)
-    if refused is not None:
-        name, retry_after = refused
-        raise LockTimeout(
-            f"Could not acquire lock {name!r} of {multi!r} in time.",
-            name=name,
-            retry_after=retry_after,
-        )
+    multi.__enter__()
     holds.hold(multi.locks)
 
 

@@ -41,8 +41,10 @@ RETRY_DELAY = 0.2
 class Renewable(Protocol):
     """What the watchdog needs of a holding."""
 
-    renew_interval: float
     lease_deadline: float
+
+    @property
+    def renew_interval(self) -> float: ...
 
     def renew(self) -> bool:
         """Extend the lease one more term; ``False`` if it is no longer ours."""
