@@ -26,3 +26,21 @@ class OtherThread:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+
+
+def refused_elsewhere(name: str) -> bool:
+    """Whether another holder (a thread of its own) is refused ``name`` right now."""
+    from django_redislock import Lock
+
+    def probe() -> bool:
+        lock = Lock(name)
+        if lock.acquire(blocking=False):
+            lock.release()
+            return False
+        return True
+
+    other = OtherThread()
+    try:
+        return other(probe)
+    finally:
+        other.close()

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.test import Client, override_settings
 
 from django_redislock import Lock, LockNotOwnedError, Semaphore, require_lock
-from tests.holders import OtherThread
+from tests.holders import OtherThread, refused_elsewhere
 from tests.models import Item
 
 
@@ -25,19 +25,6 @@ from tests.models import Item
 def _views() -> Iterator[None]:
     with override_settings(ROOT_URLCONF="tests.lock_views"):
         yield
-
-
-def refused_elsewhere(other_thread: OtherThread, name: str) -> bool:
-    """Whether another holder (another thread) is refused ``name`` right now."""
-
-    def probe() -> bool:
-        lock = Lock(name)
-        if lock.acquire(blocking=False):
-            lock.release()
-            return False
-        return True
-
-    return other_thread(probe)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -52,8 +39,8 @@ def test_a_decorated_function_called_twice_in_one_transaction(other_thread: Othe
         run(7)
         run(7)  # used to wait on the first call's hold, then raise LockTimeout
         assert runs == ["job:7", "job:7"]
-        assert refused_elsewhere(other_thread, "job:7")  # held until the commit
-    assert not refused_elsewhere(other_thread, "job:7")
+        assert refused_elsewhere("job:7")  # held until the commit
+    assert not refused_elsewhere("job:7")
     assert not Lock("job:7").locked()
 
 
@@ -64,7 +51,7 @@ def test_two_requests_to_a_decorated_view_in_one_test(other_thread: OtherThread)
     assert client.get("/buy/42/").status_code == 200
     assert client.get("/buy/42/").status_code == 200  # used to answer 423
     # held by the test's transaction (pytest-django's django_db) until it ends
-    assert refused_elsewhere(other_thread, "sku:42")
+    assert refused_elsewhere("sku:42")
 
 
 @pytest.mark.django_db(transaction=True)
@@ -76,7 +63,7 @@ def test_deduct_inside_the_callers_own_hold_of_the_item(other_thread: OtherThrea
         with Lock(name, blocking_timeout=5):
             assert item.deduct(1) == 2  # used to wait on the caller's own lock
         assert time.monotonic() - started < 2
-        assert refused_elsewhere(other_thread, name)  # the deduction holds it to the commit
+        assert refused_elsewhere(name)  # the deduction holds it to the commit
     assert not Lock(name).locked()
     assert Item.objects.get(pk=item.pk).stock == 2
 
@@ -186,7 +173,7 @@ def test_a_nested_decorated_call_keeps_the_name_until_the_commit(
     with transaction.atomic():
         with Lock("job:5"):
             run(5)
-        assert refused_elsewhere(other_thread, "job:5")
+        assert refused_elsewhere("job:5")
     assert not Lock("job:5").locked()
 
 
@@ -198,7 +185,7 @@ def test_release_transaction_holds_is_what_the_commit_would_do(
     from django_redislock.transactions import release_transaction_holds
 
     assert Client().get("/buy/42/").status_code == 200
-    assert refused_elsewhere(other_thread, "sku:42")  # the test's transaction never commits
+    assert refused_elsewhere("sku:42")  # the test's transaction never commits
     assert release_transaction_holds() == 1
     assert not Lock("sku:42").locked()
     assert release_transaction_holds() == 0

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import contextlib
-import threading
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ from django.db import transaction
 from django_redislock import InsufficientStock, Lock, LockTimeout, transactions
 from django_redislock import models as inventory
 from django_redislock.watchdog import watchdog
-from tests.holders import OtherThread
+from tests.holders import OtherThread, refused_elsewhere
 from tests.inventory_workers import buy_carts, buy_loop, buy_via_view
 from tests.models import Gadget, Item, Order
 from tests.procs import processes
@@ -21,23 +20,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def lock_of(item: Item) -> Lock:
     return Lock(Item.inventory_lock_name(item.pk))
-
-
-def held_elsewhere(name: str) -> bool:
-    """Whether another holder (another thread) is refused the lock right now."""
-    seen: list[bool] = []
-
-    def probe() -> None:
-        lock = Lock(name)
-        got = lock.acquire(blocking=False)
-        if got:
-            lock.release()
-        seen.append(not got)
-
-    thread = threading.Thread(target=probe)
-    thread.start()
-    thread.join()
-    return seen[0]
 
 
 def stock(item: Item) -> int:
@@ -134,9 +116,9 @@ def test_lock_is_held_until_the_outer_transaction_commits() -> None:
     item = Item.objects.create(stock=5)
     with transaction.atomic():
         item.deduct()
-        assert held_elsewhere(lock_of(item).name)
+        assert refused_elsewhere(lock_of(item).name)
         Order.objects.create(item=item, quantity=1)
-        assert held_elsewhere(lock_of(item).name)
+        assert refused_elsewhere(lock_of(item).name)
     assert not lock_of(item).locked()
     assert watchdog.watching() == 0, "the lease is still being renewed"
     assert stock(item) == 4
@@ -159,7 +141,7 @@ def test_lock_outlives_a_rolled_back_savepoint_then_goes_with_the_commit() -> No
             item.deduct()
             raise RuntimeError("inner step failed")
         # the savepoint is gone, the outer transaction and the lock are not
-        assert held_elsewhere(lock_of(item).name)
+        assert refused_elsewhere(lock_of(item).name)
     assert not lock_of(item).locked()
     assert watchdog.watching() == 0
     assert stock(item) == 5
@@ -179,7 +161,7 @@ def test_insufficient_stock_inside_outer_transaction_keeps_lock_until_end() -> N
     with transaction.atomic():
         with pytest.raises(InsufficientStock):
             item.deduct(2)
-        assert held_elsewhere(lock_of(item).name)
+        assert refused_elsewhere(lock_of(item).name)
         item.deduct(1)  # the transaction is still usable
     assert not lock_of(item).locked()
     assert stock(item) == 0
