@@ -12,6 +12,7 @@ from .decorators import require_lock
 from .exceptions import (
     InsufficientStock,
     LockBackendError,
+    LockBackendTimeout,
     LockError,
     LockLostError,
     LockNotOwnedError,
@@ -33,6 +34,7 @@ __all__ = [
     "InsufficientStock",
     "Lock",
     "LockBackendError",
+    "LockBackendTimeout",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",

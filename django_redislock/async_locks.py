@@ -21,6 +21,7 @@ from .drivers import AsyncConnection
 from .holders import Registry, current_task, task_registry
 from .holding import Holding, current_pid
 from .locks import LockBase
+from .protocol import AcquireResult
 from .scripts import LOCK_RELEASE
 from .state import parse_lock_value
 
@@ -76,9 +77,11 @@ class AsyncLock(LockBase, AsyncPrimitive):
         self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> bool:
         """Take the lock; ``False`` when it could not be taken in time."""
-        return await self._acquire(blocking, blocking_timeout) is None
+        return (await self._acquire(blocking, blocking_timeout)).held
 
-    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+    async def _acquire(
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> AcquireResult:
         resolved = self._resolve()
         steps = self._acquire_steps(resolved, blocking, blocking_timeout)
         return await drivers.run_async(steps, AsyncConnection(resolved.client))

@@ -26,7 +26,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
 from .conf import generation
-from .exceptions import LockBackendError
+from .exceptions import LockBackendError, LockBackendTimeout
 
 if TYPE_CHECKING:
     pass
@@ -196,6 +196,26 @@ def backend_error(name: str, exc: BaseException) -> LockBackendError:
         kind = "is unreachable"
     return LockBackendError(
         f"Redis {kind} for lock {name!r}: {type(exc).__name__}: {exc}", name=name
+    )
+
+
+class Unanswered(redis.TimeoutError):
+    """A command cut because the acquire's deadline passed while Redis did not
+    answer (``bounds.py``); the timeout that cut it is chained. ``after``: the
+    command's future when it is still running on a worker thread."""
+
+    def __init__(self, message: str, after: Any = None) -> None:
+        super().__init__(message)
+        self.after = after
+
+
+def unanswered_error(name: str, exc: BaseException) -> LockBackendTimeout:
+    """The error of an acquire whose budget ran out while Redis did not answer;
+    raise it ``from exc``."""
+    return LockBackendTimeout(
+        f"Redis did not answer in time for lock {name!r}: the blocking timeout ran out "
+        f"while a command was unanswered ({type(exc.__cause__ or exc).__name__}).",
+        name=name,
     )
 
 

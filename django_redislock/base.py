@@ -20,21 +20,29 @@ from . import backend, protocol, signals
 from .conf import LockSettings, generation, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .holding import Holding
-from .protocol import Call, Step
-from .validation import check_alias, check_bool, check_lease, check_name, check_seconds, wait_budget
+from .protocol import AcquireResult, Call, Step
+from .validation import (
+    Options,
+    check_alias,
+    check_lease,
+    check_name,
+    fixed,
+    wait_budget,
+)
 
 if TYPE_CHECKING:
-    pass
+    from .scripts import Script
 
 logger = logging.getLogger(__name__)
 
 #: A queued waiter that has not re-checked for this long past its wait chunk is
 #: presumed dead and skipped, so a killed waiter never blocks the queue for long.
 WAITER_GRACE_MS = 1000
-#: How long a name's fencing counter lives after it is (re)created. A new
-#: counter starts at the server clock in µs, so forgetting never goes backwards.
-FENCE_MEMORY_MS = 10_000
 
+
+#: How many (class, name, options) resolutions ``_RESOLVED`` keeps before it
+#: starts over.
+RESOLVED_NAMES = 1024
 
 # --- primitives ------------------------------------------------------------------
 
@@ -47,6 +55,7 @@ class Resolved:
     """
 
     __slots__ = (
+        "_key_lists",
         "alias",
         "auto_renew",
         "chunk",
@@ -55,16 +64,16 @@ class Resolved:
         "keys",
         "lease",
         "lease_ms",
-        "options",
+        "script_keys",
         "settings",
         "sigprefix",
+        "stats_key",
         "wire_keys",
         "wire_sigprefix",
     )
 
     def __init__(self, primitive: Primitive, generation: int, settings: LockSettings) -> None:
         self.generation = generation
-        self.options = primitive._resolve_options()
         self.settings = settings
         self.alias = primitive.using or settings.cache
         self.client, self.chunk = primitive._client_and_chunk(settings)
@@ -72,12 +81,39 @@ class Resolved:
         # Bytes go to the wire as they are; a str would be encoded on every call.
         self.wire_keys = [k.encode() for k in self.keys]
         self.wire_sigprefix = self.sigprefix.encode()
+        #: The keys by part name, as the scripts' call specs take them
+        #: (``scripts.Script.keys_of``); no stats key when counting is off.
+        sent = primitive.script_parts or primitive.parts
+        roles = primitive.roles or primitive.parts
+        self.script_keys = {
+            role: key
+            for part, role, key in zip(primitive.parts, roles, self.wire_keys, strict=True)
+            if part in sent and (part != "stats" or settings.stats_ttl_ms)
+        }
+        self._key_lists: dict[Script, list[bytes]] = {}
+        #: Where the usage counters are, when counting is on.
+        named = dict(zip(primitive.parts, self.wire_keys, strict=True))
+        self.stats_key = named.get("stats") if settings.stats_ttl_ms else None
         self.lease = primitive._lease(settings)
         self.lease_ms = int(self.lease * 1000)
-        self.auto_renew = primitive._auto_renew(settings)
+        self.auto_renew = primitive._renews(settings)
+
+    def keys_for(self, script: Script) -> list[bytes]:
+        """``script``'s KEYS (``Script.keys_of``), built once per resolution;
+        never to be changed by the caller."""
+        keys = self._key_lists.get(script)
+        if keys is None:
+            keys = self._key_lists[script] = script.keys_of(self.script_keys)
+        return keys
 
 
-class Primitive:
+#: Resolutions shared by primitives of the same class, name and options (see
+#: ``Primitive._resolve``); dict reads and writes are atomic, so threads may
+#: share it, at worst resolving a name twice.
+_RESOLVED: dict[tuple[type, str, tuple[object, ...]], Resolved] = {}
+
+
+class Primitive(Options):
     """Options and Redis plumbing common to every primitive.
 
     Options left as ``None`` are read from ``REDISLOCK`` at each acquire, so a
@@ -87,6 +123,16 @@ class Primitive:
     kind = "primitive"
     #: Key parts this primitive uses, in the order its scripts take them.
     parts: tuple[str, ...] = ()
+    #: The parts its scripts are sent (``Resolved.script_keys``; empty: all);
+    #: a script may work out the others from these (a Lock's, from its lock key).
+    script_parts: tuple[str, ...] = ()
+    #: What the scripts' call specs name each part, in the parts' order (empty:
+    #: the parts' own names), for parts named apart per primitive ("sem:queue").
+    roles: tuple[str, ...] = ()
+
+    # Options are fixed at construction (``validation.fixed``).
+    name: str = fixed("name")
+    using: str | None = fixed("using")
 
     def __init__(
         self,
@@ -98,12 +144,9 @@ class Primitive:
         auto_renew: bool | None = None,
         using: str | None = None,
     ) -> None:
-        self.name = check_name(name)
-        self.timeout = check_lease(timeout)
-        self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
-        self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
-        self.auto_renew = check_bool(auto_renew, "auto_renew")
-        self.using = check_alias(using)
+        self._name = check_name(name)
+        self._set_options(timeout, blocking, blocking_timeout, auto_renew)
+        self._using = check_alias(using)
         self._keys: tuple[str, list[str], str] | None = None
         self._resolved: Resolved | None = None
 
@@ -113,21 +156,29 @@ class Primitive:
     # settings and keys, resolved at use
 
     def _resolve_options(self) -> tuple[object, ...]:
-        """The attributes ``Resolved`` depends on (users may change them)."""
-        return (self.timeout, self.auto_renew, self.using)
+        """The options ``Resolved`` depends on (fixed at construction)."""
+        return (self._timeout, self._auto_renew, self._using)
 
     def _resolve(self) -> Resolved:
-        """Settings, client and keys; built again when Django's settings or this
-        primitive's options change."""
+        """Settings, client and keys; built again when Django's settings change.
+
+        Shared by every primitive of the same class, name and options
+        (``_RESOLVED``): a view that builds a new ``Lock(f"sku:{pk}")`` per
+        request resolves each name once per settings generation, not once
+        per request. A ``Resolved`` is never changed after it is built.
+        """
         current = generation()
         resolved = self._resolved
-        if (
-            resolved is not None
-            and resolved.generation == current
-            and resolved.options == self._resolve_options()
-        ):
+        if resolved is not None and resolved.generation == current:
             return resolved
-        resolved = self._resolved = Resolved(self, current, get_settings())
+        shared_key = (type(self), self._name, self._resolve_options())
+        resolved = _RESOLVED.get(shared_key)
+        if resolved is None or resolved.generation != current:
+            resolved = Resolved(self, current, get_settings())
+            if len(_RESOLVED) >= RESOLVED_NAMES:
+                _RESOLVED.clear()  # bounded: names may be unbounded (one per row)
+            _RESOLVED[shared_key] = resolved
+        self._resolved = resolved
         return resolved
 
     def _settings(self) -> LockSettings:
@@ -136,7 +187,7 @@ class Primitive:
     # signals: the keyword arguments are built only when someone listens
 
     def _announce_acquired(self, waited: float, fencing_token: int | None) -> None:
-        if signals.lock_acquired.receivers:
+        if signals.wanted(signals.lock_acquired):
             signals.notify(
                 signals.lock_acquired,
                 sender=type(self),
@@ -147,7 +198,7 @@ class Primitive:
             )
 
     def _announce_released(self, holding: Holding) -> None:
-        if signals.lock_released.receivers:
+        if signals.wanted(signals.lock_released):
             signals.notify(
                 signals.lock_released,
                 sender=type(self),
@@ -157,7 +208,7 @@ class Primitive:
             )
 
     def _announce_contended(self, begun: float) -> None:
-        if signals.lock_contended.receivers:
+        if signals.wanted(signals.lock_contended):
             signals.notify(
                 signals.lock_contended,
                 sender=type(self),
@@ -179,7 +230,7 @@ class Primitive:
     def _lease(self, settings: LockSettings) -> float:
         return self.timeout if self.timeout is not None else settings.timeout
 
-    def _auto_renew(self, settings: LockSettings) -> bool:
+    def _renews(self, settings: LockSettings) -> bool:
         return self.auto_renew if self.auto_renew is not None else settings.auto_renew
 
     def _key_set(self, prefix: str) -> tuple[list[str], str]:
@@ -209,7 +260,7 @@ class Primitive:
             raise self._not_owned()
         lease = lease or holding.lease
         started = time.monotonic()
-        call = Call(holding.renew_script, holding.keys, [holding.token, int(lease * 1000)])
+        call = Call(holding.renew_script, *holding.renew_call(lease))
         if not (yield from protocol.single(call, self.name)):
             holding.mark_lost("the lease was gone when the holder extended it")
             raise self._lost(holding)
@@ -217,12 +268,11 @@ class Primitive:
 
     # errors, worded the same for every primitive
 
-    def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
-        retry = retry_after_ms / 1000.0 if retry_after_ms and retry_after_ms > 0 else None
+    def _timeout_error(self, result: AcquireResult) -> LockTimeout:
         return LockTimeout(
             f"Could not acquire {self.kind} {self.name!r} in time.",
             name=self.name,
-            retry_after=retry,
+            retry_after=result.retry_after,
         )
 
     def _not_owned(self) -> LockNotOwnedError:
@@ -259,17 +309,17 @@ class SyncPrimitive(Primitive):
     already on its way (then that exception gets a note instead).
     """
 
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
+        """Acquire: held, or refused with the server's retry hint."""
         raise NotImplementedError
 
     def release(self) -> None:
         raise NotImplementedError
 
     def __enter__(self: _Sync) -> _Sync:
-        retry = self._acquire(None, None)
-        if retry is not None:
-            raise self._timeout_error(retry)
+        result = self._acquire(None, None)
+        if not result.held:
+            raise self._timeout_error(result)
         return self
 
     def __exit__(
@@ -287,16 +337,18 @@ class SyncPrimitive(Primitive):
 class AsyncPrimitive(Primitive):
     """``async with primitive:``, with the same meaning as ``SyncPrimitive``'s ``with``."""
 
-    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+    async def _acquire(
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> AcquireResult:
         raise NotImplementedError
 
     async def release(self) -> None:
         raise NotImplementedError
 
     async def __aenter__(self: _Async) -> _Async:
-        retry = await self._acquire(None, None)
-        if retry is not None:
-            raise self._timeout_error(retry)
+        result = await self._acquire(None, None)
+        if not result.held:
+            raise self._timeout_error(result)
         return self
 
     async def __aexit__(

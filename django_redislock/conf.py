@@ -1,15 +1,14 @@
 """Settings: one ``REDISLOCK`` dict merged over defaults, read on access.
 
-Nothing is read at import time. The merged value is cached against the identity
-of Django's settings object, which ``override_settings`` replaces, so an
-override takes effect at once without any signal wiring, and the hot path of an
-acquire pays one identity check.
+Nothing is read at import time. The merged value is built once and dropped on
+``setting_changed`` for ``REDISLOCK`` or ``CACHES`` (``override_settings`` sends
+it), so an override takes effect at once and an acquire reads a cached object.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,6 +59,103 @@ def _is_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+def _finite(value: object) -> bool:
+    return _is_number(value) and math.isfinite(value)  # type: ignore[arg-type]
+
+
+def _check_cache(value: Any) -> Problem | None:
+    if isinstance(value, str) and value:
+        return None
+    return Problem(
+        "E003",
+        f"REDISLOCK['CACHE'] must be a cache alias (str), not {value!r}.",
+        "Name an alias of CACHES that uses django-redis.",
+    )
+
+
+def _check_key_prefix(value: Any) -> Problem | None:
+    if isinstance(value, str) and value and not any(c in value for c in "{}*?[]"):
+        return None
+    return Problem(
+        "E005",
+        f"REDISLOCK['KEY_PREFIX'] must be a non-empty str without braces or glob "
+        f"characters, not {value!r}.",
+        'Use something like "redislock" or "myshop:locks".',
+    )
+
+
+def _check_timeout(value: Any) -> Problem | None:
+    if _finite(value) and value > 0:
+        return None
+    return Problem(
+        "E006",
+        f"REDISLOCK['TIMEOUT'] must be a positive finite number of seconds, not {value!r}.",
+        "The default lease is 30 seconds.",
+    )
+
+
+def _check_blocking_timeout(value: Any) -> Problem | None:
+    if value is None or (_finite(value) and value >= 0):
+        return None
+    return Problem(
+        "E007",
+        f"REDISLOCK['BLOCKING_TIMEOUT'] must be None (wait forever) or a "
+        f"non-negative finite number of seconds, not {value!r}.",
+        "The default wait is 10 seconds.",
+    )
+
+
+def _check_auto_renew(value: Any) -> Problem | None:
+    if isinstance(value, bool):
+        return None
+    return Problem(
+        "E008",
+        f"REDISLOCK['AUTO_RENEW'] must be True or False, not {value!r}.",
+        "True (the default) lets the watchdog keep a live holder's lease; "
+        "False leaves each lease to run out after TIMEOUT.",
+    )
+
+
+def _check_redlock(value: Any) -> Problem | None:
+    if not isinstance(value, list | tuple) or not all(isinstance(a, str) and a for a in value):
+        return Problem(
+            "E009",
+            f"REDISLOCK['REDLOCK'] must be a list of cache aliases, not {value!r}.",
+            "List three or more aliases of independent Redis servers, or leave it empty.",
+        )
+    if value and (len(value) < 3 or len(set(value)) != len(value)):
+        return Problem(
+            "E010",
+            f"REDISLOCK['REDLOCK'] needs at least 3 distinct aliases, got {list(value)!r}.",
+            "A quorum of independent masters needs three or more; five is common.",
+        )
+    return None
+
+
+def _check_stats(value: Any) -> Problem | None:
+    if isinstance(value, bool) or (_finite(value) and value >= 0.001):
+        return None
+    return Problem(
+        "E012",
+        f"REDISLOCK['STATS'] must be True, False or a positive number of seconds "
+        f"(how long idle counters are kept), not {value!r}.",
+        "False turns the per-name usage counters off; True keeps them for an hour.",
+    )
+
+
+#: One check per key, in the order of ``DEFAULTS``; each says what is wrong with
+#: its value, so ``manage.py check`` and the first use report the same problems.
+_CHECKS: dict[str, Callable[[Any], Problem | None]] = {
+    "CACHE": _check_cache,
+    "KEY_PREFIX": _check_key_prefix,
+    "TIMEOUT": _check_timeout,
+    "BLOCKING_TIMEOUT": _check_blocking_timeout,
+    "AUTO_RENEW": _check_auto_renew,
+    "REDLOCK": _check_redlock,
+    "STATS": _check_stats,
+}
+
+
 def validate(raw: object) -> list[Problem]:
     """Return every problem with a ``REDISLOCK`` value that needs no server to see."""
     if not isinstance(raw, Mapping):
@@ -81,84 +177,10 @@ def validate(raw: object) -> list[Problem]:
             )
         )
     merged = {**DEFAULTS, **raw}
-    if not isinstance(merged["CACHE"], str) or not merged["CACHE"]:
-        problems.append(
-            Problem(
-                "E003",
-                f"REDISLOCK['CACHE'] must be a cache alias (str), not {merged['CACHE']!r}.",
-                "Name an alias of CACHES that uses django-redis.",
-            )
-        )
-    prefix = merged["KEY_PREFIX"]
-    if not isinstance(prefix, str) or not prefix or any(c in prefix for c in "{}*?[]"):
-        problems.append(
-            Problem(
-                "E005",
-                f"REDISLOCK['KEY_PREFIX'] must be a non-empty str without braces or glob "
-                f"characters, not {prefix!r}.",
-                'Use something like "redislock" or "myshop:locks".',
-            )
-        )
-    timeout = merged["TIMEOUT"]
-    if not _is_number(timeout) or not math.isfinite(timeout) or timeout <= 0:
-        problems.append(
-            Problem(
-                "E006",
-                f"REDISLOCK['TIMEOUT'] must be a positive finite number of seconds, "
-                f"not {timeout!r}.",
-                "The default lease is 30 seconds.",
-            )
-        )
-    blocking = merged["BLOCKING_TIMEOUT"]
-    if blocking is not None and (
-        not _is_number(blocking) or not math.isfinite(blocking) or blocking < 0
-    ):
-        problems.append(
-            Problem(
-                "E007",
-                f"REDISLOCK['BLOCKING_TIMEOUT'] must be None (wait forever) or a "
-                f"non-negative finite number of seconds, not {blocking!r}.",
-                "The default wait is 10 seconds.",
-            )
-        )
-    if not isinstance(merged["AUTO_RENEW"], bool):
-        problems.append(
-            Problem(
-                "E008",
-                f"REDISLOCK['AUTO_RENEW'] must be True or False, not {merged['AUTO_RENEW']!r}.",
-                "True (the default) lets the watchdog keep a live holder's lease; "
-                "False leaves each lease to run out after TIMEOUT.",
-            )
-        )
-    redlock = merged["REDLOCK"]
-    if not isinstance(redlock, list | tuple) or not all(isinstance(a, str) and a for a in redlock):
-        problems.append(
-            Problem(
-                "E009",
-                f"REDISLOCK['REDLOCK'] must be a list of cache aliases, not {redlock!r}.",
-                "List three or more aliases of independent Redis servers, or leave it empty.",
-            )
-        )
-    elif redlock and (len(redlock) < 3 or len(set(redlock)) != len(redlock)):
-        problems.append(
-            Problem(
-                "E010",
-                f"REDISLOCK['REDLOCK'] needs at least 3 distinct aliases, got {list(redlock)!r}.",
-                "A quorum of independent masters needs three or more; five is common.",
-            )
-        )
-    stats = merged["STATS"]
-    if not isinstance(stats, bool) and (
-        not _is_number(stats) or not math.isfinite(stats) or stats < 0.001
-    ):
-        problems.append(
-            Problem(
-                "E012",
-                f"REDISLOCK['STATS'] must be True, False or a positive number of seconds "
-                f"(how long idle counters are kept), not {stats!r}.",
-                "False turns the per-name usage counters off; True keeps them for an hour.",
-            )
-        )
+    for key, check in _CHECKS.items():
+        problem = check(merged[key])
+        if problem is not None:
+            problems.append(problem)
     return problems
 
 

@@ -20,6 +20,7 @@ is kept short (``MAX_LENGTH`` characters) and printable.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -119,11 +120,19 @@ def _celery_task() -> str | None:
 
 def _command() -> str | None:
     argv = sys.argv
-    if len(argv) < 2 or os.path.basename(argv[0]) not in ("manage.py", "django-admin"):
+    if len(argv) < 2:
         return None
-    if argv[1] in _SERVING_COMMANDS:
+    return _command_of(argv[0], argv[1])
+
+
+@functools.lru_cache(maxsize=8)
+def _command_of(program: str, command: str) -> str | None:
+    """What a process started as ``program command ...`` runs (asked on every acquire)."""
+    if os.path.basename(program) not in ("manage.py", "django-admin"):
         return None
-    return "manage.py " + argv[1]
+    if command in _SERVING_COMMANDS:
+        return None
+    return "manage.py " + command
 
 
 def current() -> str | None:

@@ -246,82 +246,118 @@ def require_lock(
     )
 
     def decorator(func: F) -> F:
-        plan = _Plan(func, parts)
-        contended = functools.partial(answers.contended, asynchronous=iscoroutinefunction(func))
-        unavailable = answers.unavailable
-
-        def lock_name(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
-            request = plan.request_of(args)
-            try:
-                return plan.name(request, args, kwargs), request
-            except ValueError as exc:
-                if request is None:
-                    raise
-                raise BadRequest(f"Cannot lock {template!r}: {exc}") from exc
-
+        guard = _Guard(func, template, _Plan(func, parts), answers, (timeout, blocking_timeout))
         if iscoroutinefunction(func):
 
             async def _async_view(*args: Any, **kwargs: Any) -> Any:
-                name, request = lock_name(args, kwargs)
-                # the holder is the task: a nested call for the same name re-enters
-                lock = AsyncLock(
-                    name, timeout=timeout, blocking_timeout=blocking_timeout, using=using
-                )
-                try:
-                    with describing_request(request):
-                        retry = await lock._acquire(None, None)
-                except LockBackendError as exc:
-                    answer = unavailable(request, exc)
-                    return await answer if inspect.isawaitable(answer) else answer
-                if retry is not None:
-                    answer = contended(request, lock._timeout_error(retry))
-                    return await answer if inspect.isawaitable(answer) else answer
-                try:
-                    result = await func(*args, **kwargs)
-                except BaseException as exc:
-                    try:
-                        await lock.__aexit__(type(exc), exc, exc.__traceback__)
-                    except LockBackendError as release_exc:
-                        _release_failed(name, release_exc)  # the original error goes on
-                    raise
-                try:
-                    await lock.__aexit__(None, None, None)
-                except LockBackendError as exc:
-                    if request is None:
-                        raise
-                    _release_failed(name, exc)  # the view's work is done: answer it
-                return result
+                return await guard.call_async(*args, **kwargs)
 
-            wrapper = functools.wraps(func)(_async_view)
-            return cast(F, markcoroutinefunction(wrapper))
+            return cast(F, markcoroutinefunction(functools.wraps(func)(_async_view)))
 
         def _view(*args: Any, **kwargs: Any) -> Any:
-            name, request = lock_name(args, kwargs)
-            # the holder is the thread: a nested call for the same name re-enters
-            lock = Lock(name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
-            try:
-                with describing_request(request):
-                    retry = lock._acquire(None, None)
-            except LockBackendError as exc:
-                return unavailable(request, exc)
-            if retry is not None:
-                return contended(request, lock._timeout_error(retry))
-            try:
-                result = func(*args, **kwargs)
-            except BaseException as exc:
-                try:
-                    lock.__exit__(type(exc), exc, exc.__traceback__)
-                except LockBackendError as release_exc:
-                    _release_failed(name, release_exc)  # the original error goes on
-                raise
-            try:
-                _release_or_hold_until_commit(lock)
-            except LockBackendError as exc:
-                if request is None:
-                    raise
-                _release_failed(name, exc)  # the view's work is done: answer it
-            return result
+            return guard.call(*args, **kwargs)
 
         return cast(F, functools.wraps(func)(_view))
 
     return decorator
+
+
+class _Guard:
+    """One decorated callable: names its lock per call, takes it, answers
+    contention and backend errors, runs the callable and releases. The sync
+    and async calls are twins that share everything but the awaits."""
+
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        template: str,
+        plan: _Plan,
+        answers: responses.Answers,
+        options: tuple[float | None, float | None],
+    ) -> None:
+        self.func = func
+        self.template = template
+        self.plan = plan
+        self.answers = answers
+        self.timeout, self.blocking_timeout = options
+        self.contended = functools.partial(
+            answers.contended, asynchronous=iscoroutinefunction(func)
+        )
+
+    def lock_name(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[str, Any]:
+        request = self.plan.request_of(args)
+        try:
+            return self.plan.name(request, args, kwargs), request
+        except ValueError as exc:
+            if request is None:
+                raise
+            raise BadRequest(f"Cannot lock {self.template!r}: {exc}") from exc
+
+    def call(self, *args: Any, **kwargs: Any) -> Any:
+        name, request = self.lock_name(args, kwargs)
+        # the holder is the thread: a nested call for the same name re-enters
+        lock = Lock(
+            name,
+            timeout=self.timeout,
+            blocking_timeout=self.blocking_timeout,
+            using=self.answers.using,
+        )
+        try:
+            with describing_request(request):
+                acquired = lock._acquire(None, None)
+        except LockBackendError as exc:
+            return self.answers.unavailable(request, exc)
+        if not acquired.held:
+            return self.contended(request, lock._timeout_error(acquired))
+        try:
+            result = self.func(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                lock.__exit__(type(exc), exc, exc.__traceback__)
+            except LockBackendError as release_exc:
+                _release_failed(name, release_exc)  # the original error goes on
+            raise
+        try:
+            _release_or_hold_until_commit(lock)
+        except LockBackendError as exc:
+            if request is None:
+                raise
+            _release_failed(name, exc)  # the view's work is done: answer it
+        return result
+
+    async def call_async(self, *args: Any, **kwargs: Any) -> Any:
+        name, request = self.lock_name(args, kwargs)
+        # the holder is the task: a nested call for the same name re-enters
+        lock = AsyncLock(
+            name,
+            timeout=self.timeout,
+            blocking_timeout=self.blocking_timeout,
+            using=self.answers.using,
+        )
+        try:
+            with describing_request(request):
+                acquired = await lock._acquire(None, None)
+        except LockBackendError as exc:
+            return await _answered(self.answers.unavailable(request, exc))
+        if not acquired.held:
+            return await _answered(self.contended(request, lock._timeout_error(acquired)))
+        try:
+            result = await self.func(*args, **kwargs)
+        except BaseException as exc:
+            try:
+                await lock.__aexit__(type(exc), exc, exc.__traceback__)
+            except LockBackendError as release_exc:
+                _release_failed(name, release_exc)  # the original error goes on
+            raise
+        try:
+            await lock.__aexit__(None, None, None)
+        except LockBackendError as exc:
+            if request is None:
+                raise
+            _release_failed(name, exc)  # the view's work is done: answer it
+        return result
+
+
+async def _answered(answer: Any) -> Any:
+    """A response, or what an async handler's coroutine returns."""
+    return await answer if inspect.isawaitable(answer) else answer

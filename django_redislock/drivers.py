@@ -2,19 +2,27 @@
 
 ``run`` does the steps with a synchronous redis-py client, ``run_async`` on
 asyncio through an ``AsyncConnection`` (natively, or in a worker thread where
-the topology has no asyncio client). Both send each step's reply back into
+the topology has no asyncio client), and ``run_quorum`` does ``Redlock``'s
+quorum steps on all its servers at once (``fanout``). Both send each step's reply back into
 the protocol, or throw the step's exception into it, so clean-up and error
-translation live in the protocol, once.
+translation live in the protocol, once. A step that carries its acquire's
+deadline is bounded by it even when Redis stops answering (``bounds.py``);
+the others run as they always did.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+import concurrent.futures
+import sys
+import time
+from collections.abc import Awaitable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from . import async_clients, backend
-from .protocol import Call, Step
+import redis
+
+from . import async_clients, backend, bounds, fanout
+from .protocol import Call, Pause, QuorumStep, Step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -74,14 +82,118 @@ def run(steps: Generator[Step, Any, T], client: Any) -> T:
             step = steps.send(reply) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        error = None
+        after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
-            if isinstance(step, Call):
+            if step.deadline is not None:
+                reply = _run_bounded(step, client, step.deadline, after)
+            elif isinstance(step, Call):
                 reply = step.script(client, step.keys, step.args)
             else:
                 reply = backend.blpop(client, step.key, step.timeout)
         except BaseException as exc:
             reply, error = None, exc
+
+
+#: What a command cut by a socket timeout or ``asyncio.timeout`` raises.
+_TIMEOUTS = (redis.TimeoutError, TimeoutError, asyncio.TimeoutError)
+
+
+def _unanswered(step: Step, client: Any, deadline: float, exc: BaseException) -> None:
+    """Raise ``Unanswered`` for a timeout once the acquire's deadline passed;
+    a clean-up that went unanswered is handed to the janitor."""
+    if isinstance(exc, backend.Unanswered) or time.monotonic() < deadline:
+        return
+    after = getattr(exc, "after", None)  # bounds.Abandoned: a worker's command
+    if isinstance(step, Call) and step.shield:
+        bounds.janitor.submit(client, step, after)
+    raise backend.Unanswered(f"no answer within the blocking timeout: {exc}", after) from exc
+
+
+def _sync_call(step: Step, client: Any, bound: bounds.Bound | None) -> tuple[Any, tuple[Any, ...]]:
+    """The function and arguments that run ``step`` on a synchronous ``client``."""
+    if isinstance(step, Call):
+        return step.script, (client, step.keys, step.args)
+    return backend.blpop, (client, step.key, _blpop_timeout(step.timeout, bound))
+
+
+def _blpop_timeout(timeout: float, bound: bounds.Bound | None) -> float:
+    """A ``BLPOP`` under a bound waits at most its share of it (as under a socket timeout)."""
+    if bound is None:
+        return timeout
+    return max(backend.MIN_WAIT_CHUNK, min(timeout, bound.seconds * backend.SOCKET_TIMEOUT_SHARE))
+
+
+def _run_bounded(step: Step, client: Any, deadline: float, after: Any = None) -> Any:
+    """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis;
+    ``after``: the abandoned command a background clean-up must follow."""
+    if isinstance(step, Call) and step.background:
+        bounds.janitor.submit(client, step, after)
+        return None
+    bound = bounds.siblings.get(client, deadline - time.monotonic())
+    try:
+        if bound is not None and bound.client is None:  # no sibling: a worker thread
+            func, args = _sync_call(step, client, bound)
+            return bounds.workers.call(bound.seconds, func, *args)
+        func, args = _sync_call(step, client if bound is None else bound.client, bound)
+        return func(*args)
+    except _TIMEOUTS as exc:
+        _unanswered(step, client, deadline, exc)
+        raise
+
+
+async def _within(
+    step: Step,
+    conn: AsyncConnection,
+    run: Awaitable[T],
+    seconds: float,
+    future: concurrent.futures.Future[T] | None = None,
+) -> T:
+    """Await ``run`` for at most ``seconds``; redis.asyncio drops the connection
+    of a command cancelled this way. ``future``: ``run``'s worker (the
+    fallback), which may go on after that."""
+    assert step.deadline is not None
+    try:
+        try:
+            if sys.version_info >= (3, 11):
+                async with asyncio.timeout(seconds):
+                    return await run
+            return await asyncio.wait_for(run, seconds)
+        except _TIMEOUTS as exc:
+            if future is None:
+                raise
+            raise bounds.abandoned(future, seconds) from exc
+    except _TIMEOUTS as exc:
+        _unanswered(step, conn.sync, step.deadline, exc)
+        raise
+
+
+async def _run_bounded_async(
+    step: Step, conn: AsyncConnection, deadline: float, after: Any = None
+) -> Any:
+    """``_run_bounded`` on asyncio: the bound is an ``asyncio.timeout``; where
+    there is no asyncio client the step runs on a worker (``bounds.workers``),
+    whose future a clean-up follows."""
+    if isinstance(step, Call) and step.background:
+        bounds.janitor.submit(conn.sync, step, after)
+        return None
+    bound = bounds.siblings.get(conn.sync, deadline - time.monotonic())
+    run: Awaitable[Any]
+    if bound is not None and conn.aio is None:
+        func, args = _sync_call(step, conn.sync, bound)
+        future = bounds.workers.submit(func, *args)
+        run = _within(step, conn, asyncio.wrap_future(future), bound.seconds, future)
+    else:
+        if isinstance(step, Call):
+            run = conn.run(step.script, step.keys, step.args)
+        else:
+            run = conn.wait_signal(step.key, _blpop_timeout(step.timeout, bound))
+        if bound is not None:
+            run = _within(step, conn, run, bound.seconds)
+    try:
+        return await (asyncio.shield(run) if isinstance(step, Call) and step.shield else run)
+    except _TIMEOUTS as exc:  # the connection's own socket timeout
+        _unanswered(step, conn.sync, deadline, exc)
+        raise
 
 
 async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
@@ -93,12 +205,38 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
             step = steps.send(reply) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        error = None
+        after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
-            if isinstance(step, Call):
+            if step.deadline is not None:
+                reply = await _run_bounded_async(step, conn, step.deadline, after)
+            elif isinstance(step, Call):
                 run = conn.run(step.script, step.keys, step.args)
                 reply = await (asyncio.shield(run) if step.shield else run)
             else:
                 reply = await conn.wait_signal(step.key, step.timeout)
+        except BaseException as exc:
+            reply, error = None, exc
+
+
+def run_quorum(steps: Generator[QuorumStep, Any, T], servers: fanout.Servers) -> T:
+    """Run quorum ``steps`` (``quorum.py``): each ``FanOut`` on every server at
+    once, through redis-py's public path; a ``Pause`` sleeps."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+        try:
+            if isinstance(step, Pause):
+                time.sleep(step.seconds)
+                reply = None
+            else:
+                call = step.call
+                reply = fanout.run_on_all(
+                    servers, call.script, call.keys, call.args, timeout=step.timeout, only=step.only
+                )
         except BaseException as exc:
             reply, error = None, exc

@@ -45,6 +45,16 @@ class LockBackendError(LockError):
     """Redis could not be reached or answered with an error; the cause is chained."""
 
 
+class LockBackendTimeout(LockBackendError, LockTimeout):
+    """Redis stopped answering and the blocking timeout ran out while it did.
+
+    Both a ``LockBackendError`` (Redis failed: ``require_lock`` answers 503)
+    and a ``LockTimeout`` (the primitive could not be acquired in time), so
+    either ``except`` sees it; ``retry_after`` is ``None``. The redis-py
+    timeout that cut the unanswered command is chained (``__cause__``).
+    """
+
+
 class InsufficientStock(Exception):
     """Not enough stock for a deduction; nothing was changed.
 

@@ -1,101 +1,218 @@
 """One script on several independent servers at once, for ``Redlock``.
 
-The request is written to every server before any reply is read, so N
-servers cost about one round trip, without threads; connections come from
-the pools' public ``get_connection``.
+Each server's call is an ordinary ``Script`` call (``Redis.evalsha``, so
+``execute_command``: tracing, retries and a client subclass all see it), made
+by a small pool of worker threads so that N servers cost about one round trip.
+redis-py's synchronous API has no public way to send without waiting for the
+reply, hence threads rather than one thread writing to every socket.
+
+A server that does not answer within the reply timeout counts as a
+``redis.TimeoutError`` for that call; its worker stays with it (at most the
+connection's socket timeout, after which redis-py drops the connection, so a
+late reply is never read as the answer to a later command) while other workers
+serve the next calls. A call whose caller has given up before a worker took it
+is skipped, so a stalled server does not receive a backlog of stale attempts.
+
+Workers are daemon threads, at most ``WORKERS_PER_SERVER`` per server, and
+exit after ``IDLE_EXIT`` seconds without work. A pool belongs to one
+``Servers`` (one Redlock resolution, see ``redlock_servers``) and is rebuilt
+in a child after ``fork()``, where the parent's threads do not exist.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import redis
-import redis.connection
-from redis.exceptions import NoScriptError
 
 from .backend import BACKEND_ERRORS
 
 if TYPE_CHECKING:
     from .scripts import Script
 
+#: Upper bound of worker threads per server (a stalled server holds one each).
+WORKERS_PER_SERVER = 8
+#: Seconds an idle worker waits for work before it exits.
+IDLE_EXIT = 30.0
+
+
+class _Batch:
+    """One fan-out: a result slot per server, and which slots are settled."""
+
+    __slots__ = ("abandoned", "done", "results", "settled", "unsettled")
+
+    def __init__(self, count: int, unsettled: int) -> None:
+        self.results: list[Any] = [None] * count
+        self.settled = [False] * count
+        self.unsettled = unsettled
+        self.done = threading.Condition(threading.Lock())
+        self.abandoned = False
+
+    def finish(self, index: int, result: Any) -> None:
+        with self.done:
+            if not self.settled[index]:  # else it already timed out
+                self.results[index] = result
+                self.settled[index] = True
+                self.unsettled -= 1
+                if not self.unsettled:  # the caller wakes once, or at a deadline
+                    self.done.notify()
+
+
+_Job = tuple[_Batch, int, Any, "Script", Sequence[Any], Sequence[Any]]
+
+
+class _Pool:
+    """Daemon worker threads sharing one job queue; grown on demand, bounded.
+
+    ``waiting`` counts jobs queued and not yet taken, ``idle`` the workers
+    waiting for one (both changed under ``_mutex`` only): a new worker starts
+    when more jobs wait than workers do, and an idle worker leaves only when
+    no queued job needs it.
+    """
+
+    def __init__(self, max_workers: int) -> None:
+        self.max_workers = max_workers
+        self.pid = os.getpid()
+        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
+        self._mutex = threading.Lock()
+        self._waiting = 0
+        self._idle = 0
+        self._workers = 0
+
+    def submit(self, job: _Job) -> None:
+        with self._mutex:
+            self._waiting += 1
+            if self._waiting > self._idle and self._workers < self.max_workers:
+                self._workers += 1
+                threading.Thread(target=self._work, name="redislock-fanout", daemon=True).start()
+        self._jobs.put(job)
+
+    def _next(self) -> _Job | None:
+        """The next job, or ``None`` when this worker should exit (idle)."""
+        while True:
+            with self._mutex:
+                self._idle += 1
+            try:
+                job = self._jobs.get(timeout=IDLE_EXIT)
+            except queue.Empty:
+                with self._mutex:
+                    self._idle -= 1
+                    if self._waiting <= self._idle:  # the queued jobs have takers
+                        self._workers -= 1
+                        return None
+                continue
+            with self._mutex:
+                self._idle -= 1
+                self._waiting -= 1
+            return job
+
+    def _work(self) -> None:
+        while (job := self._next()) is not None:
+            batch, index, client, script, keys, args = job
+            if batch.abandoned:
+                result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
+            else:
+                try:
+                    result = script(client, keys, args)
+                except Exception as exc:  # handed to the caller, which decides
+                    result = exc
+            batch.finish(index, result)
+
+
+class Servers:
+    """The clients of a Redlock's independent servers and the threads that call them."""
+
+    def __init__(self, clients: Sequence[Any]) -> None:
+        self.clients = tuple(clients)
+        self._pool = _Pool(WORKERS_PER_SERVER * len(self.clients))
+        self._limits = tuple(_socket_timeout(c) for c in self.clients)
+
+    def __len__(self) -> int:
+        return len(self.clients)
+
+    def _live_pool(self) -> _Pool:
+        pool = self._pool
+        if pool.pid != os.getpid():  # forked: the parent's workers are not here
+            pool = self._pool = _Pool(pool.max_workers)
+        return pool
+
+    def run(
+        self,
+        script: Script,
+        keys: Sequence[str | bytes],
+        args: Sequence[Any],
+        *,
+        timeout: float | None,
+        only: Sequence[int] | None = None,
+    ) -> list[Any]:
+        """Run ``script`` on every server (or those numbered in ``only``) at once.
+
+        One result per server, in order: the reply, or the exception (Redis
+        and connection errors; ``redis.TimeoutError`` when no reply came within
+        ``timeout`` or the connection's socket timeout); servers not in
+        ``only`` get ``None``. Any other exception is raised.
+        """
+        indices = range(len(self.clients)) if only is None else tuple(only)
+        batch = _Batch(len(self.clients), len(indices))
+        pool = self._live_pool()
+        sent = time.monotonic()
+        for index in indices:
+            pool.submit((batch, index, self.clients[index], script, keys, args))
+        deadlines = {i: _deadline(sent, timeout, self._limits[i]) for i in indices}
+        try:
+            self._wait(batch, deadlines)
+        finally:
+            batch.abandoned = True
+        for result in batch.results:
+            if isinstance(result, Exception) and not isinstance(result, BACKEND_ERRORS):
+                raise result
+        return batch.results
+
+    @staticmethod
+    def _wait(batch: _Batch, deadlines: dict[int, float | None]) -> None:
+        """Wait for every reply, each until its own deadline; late ones time out."""
+        with batch.done:
+            while True:
+                now = time.monotonic()
+                for index, deadline in list(deadlines.items()):
+                    if not batch.settled[index] and deadline is not None and deadline <= now:
+                        batch.results[index] = redis.TimeoutError("no reply in time")
+                        batch.settled[index] = True
+                        batch.unsettled -= 1
+                    if batch.settled[index]:
+                        del deadlines[index]
+                if not deadlines:
+                    return
+                bounded = [d for d in deadlines.values() if d is not None]
+                batch.done.wait(min(bounded) - now if bounded else None)
+
+
+def _deadline(sent: float, timeout: float | None, socket_timeout: float | None) -> float | None:
+    limits = [t for t in (timeout, socket_timeout) if t]
+    return sent + min(limits) if limits else None
+
+
+def _socket_timeout(client: Any) -> float | None:
+    """The connections' socket timeout (public ``connection_kwargs``), if any."""
+    pool = getattr(client, "connection_pool", None)
+    kwargs = getattr(pool, "connection_kwargs", None) or {}
+    value = kwargs.get("socket_timeout")
+    return float(value) if value else None
+
 
 def run_on_all(
-    clients: list[Any],
+    servers: Servers,
     script: Script,
     keys: Sequence[str | bytes],
-    args: list[Any],
+    args: Sequence[Any],
     *,
     timeout: float | None,
+    only: Sequence[int] | None = None,
 ) -> list[Any]:
-    """Run ``script`` on every client concurrently; one result or exception each.
-
-    The request is written to every server before any reply is read, so N
-    servers cost about one round trip, without threads. A reply that has not
-    arrived ``timeout`` seconds after the requests were sent counts as a
-    ``redis.TimeoutError`` (its connection is dropped, so a late reply can never
-    be read as the answer to a later command). Clients without a plain
-    connection pool (Sentinel, Cluster) are called one after the other.
-    """
-    results: list[Any] = [None] * len(clients)
-    pending: list[tuple[int, Any, Any, Any]] = []
-    for index, client in enumerate(clients):
-        pool = getattr(client, "connection_pool", None)
-        if type(pool) is not redis.connection.ConnectionPool:
-            results[index] = _run_one(client, script, keys, args)
-            continue
-        try:
-            conn: Any = _pool_connection(pool)
-        except BACKEND_ERRORS as exc:
-            results[index] = exc
-            continue
-        try:
-            conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-        except BACKEND_ERRORS as exc:
-            conn.disconnect()
-            pool.release(conn)
-            results[index] = exc
-            continue
-        pending.append((index, client, pool, conn))
-    sent = time.monotonic()
-    for index, client, pool, conn in pending:
-        # A stalled server may cost at most its own socket timeout, never the
-        # whole ``timeout``: the healthy majority's answers are still in time.
-        limit = _reply_limit(timeout, pool.connection_kwargs.get("socket_timeout"))
-        retry = False
-        try:
-            if limit is not None and not conn.can_read(
-                timeout=max(0.0, sent + limit - time.monotonic())
-            ):
-                raise redis.TimeoutError(f"no reply within {limit:.3f}s")
-            results[index] = conn.read_response()
-        except NoScriptError:
-            retry = True
-        except BACKEND_ERRORS as exc:
-            conn.disconnect()
-            results[index] = exc
-        finally:
-            pool.release(conn)
-        if retry:  # first use of the script on this server
-            results[index] = _run_one(client, script, keys, args)
-    return results
-
-
-def _reply_limit(timeout: float | None, socket_timeout: float | None) -> float | None:
-    limits = [t for t in (timeout, socket_timeout) if t]
-    return min(limits) if limits else None
-
-
-def _pool_connection(pool: Any) -> Any:
-    try:
-        return pool.get_connection()
-    except TypeError:  # redis-py < 5.3 requires a command name
-        return pool.get_connection("EVALSHA")
-
-
-def _run_one(client: Any, script: Script, keys: Sequence[str | bytes], args: list[Any]) -> Any:
-    try:
-        return script(client, keys, args)
-    except BACKEND_ERRORS as exc:
-        return exc
+    """``servers.run(...)``: the one place every Redlock fan-out passes."""
+    return servers.run(script, keys, args, timeout=timeout, only=only)

@@ -26,7 +26,10 @@ import os
 import threading
 import weakref
 from collections.abc import Hashable
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from .holding import Holding
 
 
 class _Hold(Protocol):
@@ -89,3 +92,71 @@ def task_registry(kind: str) -> Registry[Any]:
         entry = (weakref.ref(task), Registry())
         _tasks.set(entry)
     return entry[1]
+
+
+class Handle:
+    """A lock handle's view of its holder's holds (``Lock``, ``AsyncLock``).
+
+    A handle remembers the holds it took or re-entered in the current holder
+    (``_entered``, latest last), which are what keep them alive; its release,
+    ``extend`` and ``owned`` apply to the latest of those, else to the
+    holder's hold of the name taken through another handle (``_registry``).
+    """
+
+    def _entered(self) -> list[Holding]:
+        """The holds this handle took or re-entered in the current holder, latest last."""
+        raise NotImplementedError
+
+    def _registry(self) -> Registry[Holding]:
+        raise NotImplementedError
+
+    def _hold_key(self, alias: str, key: str) -> tuple[str, str]:
+        return (alias, key)
+
+    def _current(self, key: tuple[str, str] | None) -> Holding | None:
+        """The hold a release, extend or ``owned`` of this handle applies to: the
+        latest one it took, else the current holder's hold of the name (taken
+        through another handle); ``key`` is ``_hold_key`` when it is at hand."""
+        entered = self._entered()
+        while entered and not entered[-1].active and entered[-1].lost is None:
+            entered.pop()  # released to the end through another handle
+        if entered:
+            return entered[-1]
+        if key is None:
+            key = self._own_hold_key()
+        return self._registry().get(key)
+
+    def _own_hold_key(self) -> tuple[str, str]:
+        """``_hold_key`` of this handle's name and cache alias."""
+        raise NotImplementedError
+
+    def _reentry(self, key: tuple[str, str]) -> Holding | None:
+        """The current holder's live hold of the name, to nest into; a hold
+        already known lost is reported once more, forgotten and not nested into
+        (the caller acquires afresh; the handle that took it is told at its
+        release)."""
+        holding = self._registry().get(key)
+        if holding is not None and holding.lost is not None:
+            self._supersede(holding, holding.lost)
+            return None
+        return holding
+
+    @staticmethod
+    def _supersede(holding: Holding, reason: str) -> None:
+        """Report ``holding`` lost and end it: its holder no longer holds it."""
+        holding.mark_lost(reason)
+        holding.end()
+
+    def _took(self, key: tuple[str, str], holding: Holding) -> None:
+        """Record a new or re-entered hold for this handle and its holder."""
+        if holding.depth == 1:
+            self._registry().put(key, holding)
+        self._entered().append(holding)
+
+    def _left(self, holding: Holding) -> None:
+        """After a release of ``holding`` through this handle, whatever its outcome."""
+        entered = self._entered()
+        if not holding.active:
+            entered[:] = [h for h in entered if h is not holding]
+        elif entered and entered[-1] is holding:
+            entered.pop()

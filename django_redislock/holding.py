@@ -76,6 +76,7 @@ class Holding:
         "pid",
         "release_args",
         "releasing",
+        "renew_keys",
         "renew_script",
         "sender",
         "sigprefix",
@@ -97,6 +98,7 @@ class Holding:
         started: float,
         fencing_token: int | None,
         renew_script: Script,
+        renew_keys: Sequence[str | bytes],
         keys: Sequence[str | bytes],
         sigprefix: str | bytes = "",
         stats_key: str | bytes | None = None,
@@ -117,7 +119,10 @@ class Holding:
         self.holder = holder  # as the acquire described it (holder_description)
         # Measured from before the request was sent: never later than Redis's view.
         self.lease_deadline = started + lease
+        #: The extend script (its spec's ``token`` and ``lease_ms``) and its KEYS.
         self.renew_script = renew_script
+        self.renew_keys = renew_keys
+        #: The release script's KEYS.
         self.keys = keys
         self.sigprefix = sigprefix
         #: What the primitive's release script takes besides the keys, when
@@ -132,12 +137,18 @@ class Holding:
         """A third of the lease: the watchdog renews two more times before it ends."""
         return self.lease / 3
 
+    def renew_call(self, lease: float) -> tuple[Sequence[str | bytes], list[Any]]:
+        """KEYS and ARGV of the extend script making ``lease`` the lease from now on."""
+        return self.renew_keys, self.renew_script.args_of(
+            token=self.token, lease_ms=int(lease * 1000)
+        )
+
     def renew(self) -> bool:
         if not self.active:
             return True
         started, lease = time.monotonic(), self.lease
         with backend.translate_errors(self.name):
-            result = self.renew_script(self.client, self.keys, [self.token, int(lease * 1000)])
+            result = self.renew_script(self.client, *self.renew_call(lease))
         if result:
             self.lease_deadline = started + lease
             return True

@@ -163,12 +163,12 @@ def _connect() -> tuple[Any, str]:
 def install() -> Recorder:
     """Record this process's signals (called once, from ``AppConfig.ready``)."""
     recorder = Recorder(_connect)
-    for signal, receiver, uid in (
-        (signals.lock_acquired, recorder.acquired, "acquired"),
-        (signals.lock_contended, recorder.contended, "contended"),
-        (signals.lock_lost, recorder.lost, "lost"),
+    for signal, receiver in (
+        (signals.lock_acquired, recorder.acquired),
+        (signals.lock_contended, recorder.contended),
+        (signals.lock_lost, recorder.lost),
     ):
-        signal.connect(receiver, weak=False, dispatch_uid=f"django_redislock.hot.{uid}")
+        signals.tap(signal, receiver)  # directly: see signals._TAPS
     os.register_at_fork(after_in_child=recorder.reset)
     atexit.register(recorder.flush)
     return recorder

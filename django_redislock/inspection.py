@@ -93,7 +93,12 @@ class LockKind:
             INSPECT_LOCKS.ensure_loaded(client)
             pipe = client.pipeline(transaction=False)
             for start in range(0, len(keys), SCRIPT_BATCH):
-                INSPECT_LOCKS.queue(pipe, keys[start : start + SCRIPT_BATCH], [])
+                batch = [{"lock": key} for key in keys[start : start + SCRIPT_BATCH]]
+                INSPECT_LOCKS.queue(
+                    pipe,
+                    INSPECT_LOCKS.keys_of_each(batch),
+                    INSPECT_LOCKS.args_of_each([{}] * len(batch)),
+                )
             replies = [item for reply in pipe.execute() for item in reply]
         states = [parse_lock_value(value) for value in replies[0::2]]
         queued = [i for i, state in enumerate(states) if state is not None and state.waiters]
@@ -135,14 +140,15 @@ class LockKind:
         from .scripts import CLEAR_LOCK
 
         def keys_of(chunk: Sequence[str]) -> list[str]:
-            return [
-                backend.key(prefix, name, part)
+            return CLEAR_LOCK.keys_of_each(
+                {part: backend.key(prefix, name, part) for part in CLEAR_LOCK.key_names}
                 for name in chunk
-                for part in ("lock", "queue", "deadlines")
-            ]
+            )
 
         def signals_of(chunk: Sequence[str]) -> list[str]:
-            return [backend.key(prefix, n, "signal:") for n in chunk]
+            return CLEAR_LOCK.args_of_each(
+                {"sigprefix": backend.key(prefix, name, "signal:")} for name in chunk
+            )
 
         if backend.is_cluster(client):
             # A script may not span hash slots, and redis-py refuses scripts in
@@ -167,17 +173,19 @@ class _PermitKind:
     main_part = ""
     prefix = ""  # of the other parts
 
-    def _keys(self, prefix: str, name: str) -> list[str]:
-        return [
-            backend.key(prefix, name, self.main_part),
-            backend.key(prefix, name, f"{self.prefix}queue"),
-            backend.key(prefix, name, f"{self.prefix}deadlines"),
-        ]
+    def _keys(self, prefix: str, name: str) -> dict[str, str]:
+        """The keys the permit scripts read, by the names of their specs."""
+        return {
+            "holders": backend.key(prefix, name, self.main_part),
+            "queue": backend.key(prefix, name, f"{self.prefix}queue"),
+            "deadlines": backend.key(prefix, name, f"{self.prefix}deadlines"),
+        }
 
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
         from .scripts import PERMIT_DESCRIBE
 
-        reply = PERMIT_DESCRIBE(client, self._keys(prefix, name)[:2], [])
+        keys = PERMIT_DESCRIBE.keys_of(self._keys(prefix, name))
+        reply = PERMIT_DESCRIBE(client, keys, PERMIT_DESCRIBE.args_of())
         holders = [
             replace(holder, since=_member_since(as_text(member)))
             for holder, member in zip(
@@ -203,7 +211,8 @@ class _PermitKind:
         from .scripts import PERMIT_CLEAR
 
         sigprefix = backend.key(prefix, name, "signal:")
-        return int(PERMIT_CLEAR(client, self._keys(prefix, name), [sigprefix]))
+        keys = PERMIT_CLEAR.keys_of(self._keys(prefix, name))
+        return int(PERMIT_CLEAR(client, keys, PERMIT_CLEAR.args_of(sigprefix=sigprefix)))
 
 
 def _member_since(member: str) -> float | None:

@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Generator
 from typing import Any
 
 from . import backend, drivers, protocol
-from .base import FENCE_MEMORY_MS, WAITER_GRACE_MS, Primitive, Resolved, SyncPrimitive
-from .holders import Registry, thread_registry
+from .base import WAITER_GRACE_MS, Primitive, Resolved, SyncPrimitive
+from .holders import Handle, Registry, thread_registry
 from .holding import Holding, current_pid, holder_description, new_token
-from .protocol import HANDED, HELD, REFUSED, Call, Step
+from .protocol import HANDED, HELD, HELD_RESULT, REFUSED, AcquireResult, Call, Step
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
 from .state import parse_lock_value
 from .watchdog import watchdog
@@ -53,86 +53,63 @@ def acquire_reply(reply: int) -> tuple[int, int]:
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
 
 
-class LockBase(Primitive):
+class LockBase(Handle, Primitive):
     """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
 
     kind = "lock"
     parts = ("lock", "fence", "queue", "deadlines", "stats")
+    #: The Lock scripts work out the other keys from the lock key (``lock_keys``
+    #: in ``scripts/_lock_value.lua``): one key to encode per call, not five.
+    script_parts = ("lock",)
 
     @staticmethod
-    def _release_keys(keys: Sequence[Any]) -> list[Any]:
-        """The release and cancel scripts' keys: lock, queue, deadlines, fence, stats."""
-        return [keys[0], keys[2], keys[3], keys[1], keys[4]]
+    def _waited(begun: float) -> int:
+        """How long this acquire has waited so far, in ms, for the counters."""
+        return int((time.monotonic() - begun) * 1000)
 
     @staticmethod
-    def _release_args(token: str | bytes, sigprefix: str | bytes, stats_ttl_ms: int) -> list[Any]:
-        return [token, sigprefix, FENCE_MEMORY_MS, stats_ttl_ms]
-
-    @staticmethod
-    def _grant_ms(lease_ms: int, waiter_ttl_ms: int) -> int:
-        """First lease of a handoff to this waiter (``scripts/_handoff.lua``): no
-        longer than a dead waiter would block the queue anyway."""
-        return min(lease_ms, waiter_ttl_ms)
-
-    def _acquire_args(
-        self,
-        token: str,
-        lease_ms: int,
-        mode: str,
-        waiter_ttl_ms: int,
-        sigprefix: str,
-        holder: str,
-        stats_ttl_ms: int,
-        grant_ms: int = 0,
-    ) -> list[Any]:
-        return [
-            token,
-            lease_ms,
-            mode,
-            waiter_ttl_ms,
-            sigprefix,
-            holder,
-            FENCE_MEMORY_MS,
-            int(time.time() * 1000),
-            stats_ttl_ms,
-            -1,  # waited_ms: first attempt; see _waited
-            grant_ms,
-        ]
-
-    @staticmethod
-    def _waited(args: list[Any], begun: float) -> None:
-        """Tell the next attempt how long this acquire has waited, for the counters."""
-        args[9] = int((time.monotonic() - begun) * 1000)
+    def _attempt_args(
+        token: str, lease_ms: int, mode: str, holder: str, waiter_ttl_ms: int, stats_ttl_ms: int
+    ) -> dict[str, Any]:
+        """The acquire script's ARGV by name, for a first attempt (no ``waited_ms`` yet)."""
+        return {
+            "token": token,
+            "lease_ms": lease_ms,
+            "mode": mode,
+            "holder": holder,
+            "since_ms": int(time.time() * 1000),
+            "waiter_ttl_ms": waiter_ttl_ms,
+            "stats_ttl_ms": stats_ttl_ms,
+        }
 
     def _new_holding(
         self,
         token: str,
         holder: str,
-        client: Any,
-        lease: float,
+        resolved: Resolved,
         started: float,
         fence: int,
-        release_keys: list[Any],
-        sigprefix: str | bytes,
-        stats_ttl_ms: int,
+        release: Call,
     ) -> Holding:
-        """``release_keys``: ``_release_keys`` of the lock's keys (stats last)."""
-        return Holding(
+        """``release``: the release script's call for this holding."""
+        holding = Holding(
             sender=type(self),
             name=self.name,
             kind=self.kind,
             token=token,
             holder=holder,
-            client=client,
-            lease=lease,
+            client=resolved.client,
+            lease=resolved.lease,
             started=started,
             fencing_token=fence,
             renew_script=LOCK_EXTEND,
-            keys=release_keys,
-            sigprefix=sigprefix,
-            stats_key=release_keys[4] if stats_ttl_ms else None,
-            stats_ttl_ms=stats_ttl_ms,
+            renew_keys=resolved.keys_for(LOCK_EXTEND),
+            keys=release.keys,
+            stats_key=resolved.stats_key,
+            stats_ttl_ms=resolved.settings.stats_ttl_ms,
         )
+        holding.release_args = list(release.args)
+        return holding
 
     def _after_release(self, holding: Holding, result: int) -> None:
         """Bookkeeping once the release script answered ``result``; raises when lost."""
@@ -156,42 +133,57 @@ class LockBase(Primitive):
 
     # the acquire, written once for Lock and AsyncLock (see protocol.py) ---------------
 
+    def _nest_steps(
+        self, resolved: Resolved, hold_key: tuple[str, str], holding: Holding
+    ) -> Generator[Step, Any, bool]:
+        """Re-enter this holder's ``holding`` (the script's ``nest`` mode, with
+        its lease renewed); ``False`` when it was found gone (then superseded)."""
+        nest = self._attempt_args(
+            holding.token, int(holding.lease * 1000), "nest", holding.holder, 0,
+            resolved.settings.stats_ttl_ms,
+        )  # fmt: skip
+        call = Call(LOCK_ACQUIRE, resolved.keys_for(LOCK_ACQUIRE), LOCK_ACQUIRE.args_of(**nest))
+        reply = yield from protocol.single(call, self.name)
+        if acquire_reply(reply)[0] == NOT_OURS:
+            self._supersede(holding, GONE_AT_REENTRY)
+            return False
+        holding.depth += 1
+        self._took(hold_key, holding)
+        return True
+
     def _acquire_steps(
         self, resolved: Resolved, blocking: bool | None, blocking_timeout: float | None
-    ) -> Generator[Step, Any, int | None]:
-        """Acquire; ``None`` when held, else the server's retry hint in ms."""
-        settings, keys = resolved.settings, resolved.wire_keys
+    ) -> Generator[Step, Any, AcquireResult]:
+        """Acquire: held, or refused with the server's retry hint."""
+        settings = resolved.settings
         hold_key = self._hold_key(resolved.alias, resolved.keys[0])
         holding = self._reentry(hold_key)
-        if holding is not None:
-            nest = self._acquire_args(
-                holding.token, int(holding.lease * 1000), "nest", 0, resolved.sigprefix,
-                holding.holder, settings.stats_ttl_ms,
-            )  # fmt: skip
-            reply = yield from protocol.single(Call(LOCK_ACQUIRE, keys, nest), self.name)
-            if acquire_reply(reply)[0] != NOT_OURS:
-                holding.depth += 1
-                self._took(hold_key, holding)
-                return None
-            self._supersede(holding, GONE_AT_REENTRY)
+        if holding is not None and (yield from self._nest_steps(resolved, hold_key, holding)):
+            return HELD_RESULT
 
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         token, begun, holder = new_token(), time.monotonic(), holder_description()
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
-        grant_ms = self._grant_ms(resolved.lease_ms, waiter_ttl_ms)
-        args = self._acquire_args(
-            token, resolved.lease_ms, "wait" if may_wait else "try", waiter_ttl_ms,
-            resolved.sigprefix, holder, settings.stats_ttl_ms, grant_ms,
+        args = self._attempt_args(
+            token, resolved.lease_ms, "wait" if may_wait else "try", holder, waiter_ttl_ms,
+            settings.stats_ttl_ms,
         )  # fmt: skip
-        release_keys = self._release_keys(keys)
-        release_args = self._release_args(token, resolved.wire_sigprefix, settings.stats_ttl_ms)
+        acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
+        release = Call(
+            LOCK_RELEASE,
+            resolved.keys_for(LOCK_RELEASE),
+            LOCK_RELEASE.args_of(token=token, stats_ttl_ms=settings.stats_ttl_ms),
+        )
         # The cancel script leaves the queue and passes on a lock the attempt
         # was granted or handed: the clean-up after an interruption, too.
-        cancel = Call(LOCK_CANCEL, release_keys, release_args)
+        cancel = Call(LOCK_CANCEL, release.keys, release.args)
+        # a handoff's first lease (scripts/lock_acquire.lua): without a watchdog
+        # the next attempt takes it instead, with the full lease
+        grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
         outcome = yield from protocol.acquire(
             protocol.Attempt(
                 name=self.name,
-                call=Call(LOCK_ACQUIRE, keys, args),
+                call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
                 parse=acquire_reply,
                 leave=cancel,
                 undo=cancel,
@@ -199,89 +191,48 @@ class LockBase(Primitive):
                 chunk=resolved.chunk,
                 may_wait=may_wait,
                 deadline=None if budget is None else begun + budget,
-                # without a watchdog the next attempt takes it, with the full lease
-                handoff_lease=grant_ms / 1000 if resolved.auto_renew else 0.0,
-                on_wait=lambda: self._waited(args, begun),
+                handoff_lease=grant,
+                on_wait=lambda: Call(
+                    LOCK_ACQUIRE,
+                    acquire_keys,
+                    LOCK_ACQUIRE.args_of(**args, waited_ms=self._waited(begun)),
+                ),
             )
         )
         if not outcome.held:
             self._announce_contended(begun)
-            return outcome.value
+            return AcquireResult.refused(outcome.value)
         holding = self._new_holding(
-            token, holder, resolved.client, resolved.lease, outcome.started, outcome.value,
-            release_keys, resolved.wire_sigprefix, settings.stats_ttl_ms,
-        )  # fmt: skip
-        holding.release_args = release_args
+            token, holder, resolved, outcome.started, outcome.value, release
+        )
+        self._held(hold_key, holding, resolved, outcome, grant, begun)
+        return HELD_RESULT
+
+    def _held(
+        self,
+        hold_key: tuple[str, str],
+        holding: Holding,
+        resolved: Resolved,
+        outcome: protocol.Outcome,
+        grant: float,
+        begun: float,
+    ) -> None:
+        """Bookkeeping of a new hold: registry, watchdog, ``lock_acquired``."""
         if outcome.status == HANDED:  # a short first lease, which the watchdog renews soon
-            holding.lease_deadline = outcome.started + grant_ms / 1000
+            holding.lease_deadline = outcome.started + grant
         self._took(hold_key, holding)
         if resolved.auto_renew:
             watchdog.watch(holding)
         # a handoff came after `started` (see protocol.acquire); the wait ended now
         ended = time.monotonic() if outcome.status == HANDED else outcome.started
         self._announce_acquired(ended - begun, outcome.value)
-        return None
 
     # holders: see ``holders.py`` ------------------------------------------------------
-
-    def _entered(self) -> list[Holding]:
-        """The holds this handle took or re-entered in the current holder, latest last."""
-        raise NotImplementedError
-
-    def _registry(self) -> Registry[Holding]:
-        raise NotImplementedError
-
-    def _hold_key(self, alias: str, key: str) -> tuple[str, str]:
-        return (alias, key)
-
-    def _current(self, key: tuple[str, str] | None) -> Holding | None:
-        """The hold a release, extend or ``owned`` of this handle applies to: the
-        latest one it took, else the current holder's hold of the name (taken
-        through another handle); ``key`` is ``_hold_key`` when it is at hand."""
-        entered = self._entered()
-        while entered and not entered[-1].active and entered[-1].lost is None:
-            entered.pop()  # released to the end through another handle
-        if entered:
-            return entered[-1]
-        if key is None:
-            key = self._own_hold_key()
-        return self._registry().get(key)
 
     def _own_hold_key(self) -> tuple[str, str]:
         settings = self._settings()
         keys, _ = self._key_set(self._prefix(settings))
         return self._hold_key(self.using or settings.cache, keys[0])
-
-    def _reentry(self, key: tuple[str, str]) -> Holding | None:
-        """The current holder's live hold of the name, to nest into; a hold
-        already known lost is reported once more, forgotten and not nested into
-        (the caller acquires afresh; the handle that took it is told at its
-        release)."""
-        holding = self._registry().get(key)
-        if holding is not None and holding.lost is not None:
-            self._supersede(holding, holding.lost)
-            return None
-        return holding
-
-    @staticmethod
-    def _supersede(holding: Holding, reason: str) -> None:
-        """Report ``holding`` lost and end it: its holder no longer holds it."""
-        holding.mark_lost(reason)
-        holding.end()
-
-    def _took(self, key: tuple[str, str], holding: Holding) -> None:
-        """Record a new or re-entered hold for this handle and its holder."""
-        if holding.depth == 1:
-            self._registry().put(key, holding)
-        self._entered().append(holding)
-
-    def _left(self, holding: Holding) -> None:
-        """After a release of ``holding`` through this handle, whatever its outcome."""
-        entered = self._entered()
-        if not holding.active:
-            entered[:] = [h for h in entered if h is not holding]
-        elif entered and entered[-1] is holding:
-            entered.pop()
 
 
 class Lock(LockBase, SyncPrimitive):
@@ -350,10 +301,9 @@ class Lock(LockBase, SyncPrimitive):
         Raises ``LockBackendError`` when Redis cannot be reached, and
         ``LockLostError`` when a nested acquire finds the outer hold lost.
         """
-        return self._acquire(blocking, blocking_timeout) is None
+        return self._acquire(blocking, blocking_timeout).held
 
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
         resolved = self._resolve()
         steps = self._acquire_steps(resolved, blocking, blocking_timeout)
         return drivers.run(steps, resolved.client)

@@ -20,15 +20,24 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from types import TracebackType
 
 from .conf import get_settings
 from .exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
 from .locks import Lock
-from .validation import check_alias, check_bool, check_lease, check_name, check_seconds
+from .protocol import HELD_RESULT, AcquireResult
+from .validation import (
+    Options,
+    check_alias,
+    check_bool,
+    check_name,
+    check_seconds,
+    fixed,
+)
 
 
-class MultiLock:
+class MultiLock(Options):
     """All of ``names`` or none of them, for one holder: the thread (its parts are
     ``Lock``s, so the holding thread re-enters any of them through any handle).
 
@@ -36,6 +45,10 @@ class MultiLock:
     bounds the wait for the whole set, not for each part. Options mean what
     they mean for ``Lock`` and apply to every part.
     """
+
+    # fixed when built: the parts are built from them (a later change would not reach them)
+    names: tuple[str, ...] = fixed("names")
+    using: str | None = fixed("using")
 
     def __init__(
         self,
@@ -62,12 +75,9 @@ class MultiLock:
             check_name(name, f"names[{index}]")
         if not given:
             raise ValueError("names must contain at least one name.")
-        self.names: tuple[str, ...] = tuple(sorted(set(given)))
-        self.timeout = check_lease(timeout)
-        self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
-        self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
-        self.auto_renew = check_bool(auto_renew, "auto_renew")
-        self.using = check_alias(using)
+        self._names: tuple[str, ...] = tuple(sorted(set(given)))
+        self._set_options(timeout, blocking, blocking_timeout, auto_renew)
+        self._using = check_alias(using)
         self.locks: tuple[Lock, ...] = tuple(
             Lock(name, timeout=timeout, auto_renew=auto_renew, using=using) for name in self.names
         )
@@ -95,30 +105,28 @@ class MultiLock:
         Any exception while taking the parts (``LockBackendError``, an
         interrupt) releases the parts already taken before it propagates.
         """
-        return self._acquire(blocking, blocking_timeout) is None
+        return self._acquire(blocking, blocking_timeout).held
 
-    def _acquire(
-        self, blocking: bool | None, blocking_timeout: float | None
-    ) -> tuple[str, float | None] | None:
-        """``None`` when every part is held, else (the part refused, retry hint)."""
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
+        """Held when every part is; else refused, naming the part that refused."""
         budget = self._budget(blocking, blocking_timeout)
         deadline = None if budget is None else time.monotonic() + budget
         taken: list[Lock] = []
         try:
             for lock in self.locks:
                 if deadline is None:
-                    retry = lock._acquire(True, None)
+                    result = lock._acquire(True, None)
                 else:
                     left = max(0.0, deadline - time.monotonic())
-                    retry = lock._acquire(left > 0, left)
-                if retry is not None:
+                    result = lock._acquire(left > 0, left)
+                if not result.held:
                     self._release_quietly(taken)
-                    return lock.name, (retry / 1000.0 if retry > 0 else None)
+                    return replace(result, name=lock.name)
                 taken.append(lock)
         except BaseException:
             self._release_quietly(taken)
             raise
-        return None
+        return HELD_RESULT
 
     @staticmethod
     def _release_quietly(taken: list[Lock]) -> None:
@@ -171,13 +179,12 @@ class MultiLock:
         }
 
     def __enter__(self) -> MultiLock:
-        refused = self._acquire(None, None)
-        if refused is not None:
-            name, retry_after = refused
+        result = self._acquire(None, None)
+        if not result.held:
             raise LockTimeout(
-                f"Could not acquire lock {name!r} of {self!r} in time.",
-                name=name,
-                retry_after=retry_after,
+                f"Could not acquire lock {result.name!r} of {self!r} in time.",
+                name=result.name,
+                retry_after=result.retry_after,
             )
         return self
 

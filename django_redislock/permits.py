@@ -21,7 +21,6 @@ from typing import Any
 
 from . import backend, drivers, protocol
 from .base import (
-    FENCE_MEMORY_MS,
     WAITER_GRACE_MS,
     AsyncPrimitive,
     Primitive,
@@ -30,10 +29,11 @@ from .base import (
 )
 from .drivers import AsyncConnection
 from .holding import Holding, current_pid, holder_description, new_token
-from .protocol import REFUSED, Call, Step
+from .protocol import HELD_RESULT, REFUSED, AcquireResult, Call, Step
 from .scripts import (
     PERMIT_DESCRIBE,
     PERMIT_EXTEND,
+    PERMIT_RELEASE,
     QUEUE_CANCEL,
     Script,
 )
@@ -55,11 +55,9 @@ def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
 class _Plan:
     """What every acquire of one mode by one holder description shares."""
 
-    #: The acquire's arguments, ``None`` for the token and the timestamp.
-    args: list[Any]
-    #: The release's keys, and its arguments after the member.
-    release_keys: list[bytes]
-    release_rest: list[Any]
+    lease_ms: int
+    #: How long a queued waiter stays presumed alive; negative: never queue.
+    wait_ms: int
     holder: str
     #: What the holder's member says the limit is (``_member_limit``).
     limit: int
@@ -67,7 +65,7 @@ class _Plan:
 
 @dataclass(slots=True)
 class _Attempt:
-    """One acquire: its plan and what is its own (token, timestamp)."""
+    """One acquire: its plan and what is its own (token, member tail)."""
 
     resolved: Resolved
     plan: _Plan
@@ -75,34 +73,21 @@ class _Attempt:
     deadline: float | None
     begun: float
     token: str
-    since: int
+    #: ``<limit>:<since_ms>:<holder>``, the holder's member after ``<token>:<fence>:``.
+    tail: str
 
-    @property
-    def args(self) -> list[Any]:
-        """The acquire's arguments."""
-        args = self.plan.args.copy()
-        args[0], args[7] = self.token, self.since
-        return args
+    def call(self, script: Script) -> Call:
+        """The acquire: who (``<token>:<tail>``, the member without its fence),
+        lease_ms, wait_ms."""
+        plan = self.plan
+        who = f"{self.token}:{self.tail}"
+        args = script.args_of(who=who, lease_ms=plan.lease_ms, wait_ms=plan.wait_ms)
+        return Call(script, self.resolved.keys_for(script), args)
 
-    @property
-    def client(self) -> Any:
-        return self.resolved.client
-
-    @property
-    def keys(self) -> list[bytes]:
-        return self.resolved.wire_keys
-
-    @property
-    def sigprefix(self) -> str:
-        return self.resolved.sigprefix
-
-    @property
-    def chunk(self) -> float:
-        return self.resolved.chunk
-
-    @property
-    def queue_keys(self) -> list[bytes]:
-        return self.resolved.wire_keys[2:4]
+    def leave(self) -> Call:
+        """Leaving the queue, when the wait ends without the permit."""
+        args = QUEUE_CANCEL.args_of(token=self.token, sigprefix=self.resolved.sigprefix)
+        return Call(QUEUE_CANCEL, self.resolved.keys_for(QUEUE_CANCEL), args)
 
 
 class PermitBase(Primitive):
@@ -110,27 +95,22 @@ class PermitBase(Primitive):
 
     Their keys are, in this order: the holder ZSET (the main part, see
     ``scripts/_permits.lua``), the fencing counter, the wait queue and its
-    deadlines. Subclasses name their parts and scripts; the acquire script
-    answers ``{1, fence}`` (or the bare fence) or ``{0, retry hint}`` (or a
-    subclass-specific status, see ``permit_reply``), the release script ``1``
-    (released) or ``0`` (the lease was already gone). The sync and async APIs
-    share everything but the I/O.
+    deadlines (``roles``: the names the scripts' specs give them). Subclasses
+    name their parts and scripts; the acquire script answers ``{1, fence}`` (or
+    the bare fence) or ``{0, retry hint}`` (or a subclass-specific status, see
+    ``permit_reply``), the release script ``1`` (released) or ``0`` (the lease
+    was already gone). The sync and async APIs share everything but the I/O.
     """
 
+    roles = ("holders", "fence", "queue", "deadlines")
     acquire_script: Script
-    release_script: Script
+    release_script: Script = PERMIT_RELEASE
     #: First character of every token, when the scripts need to see the mode.
     token_mode = ""
 
     def _member_limit(self) -> int:
         """Carried by every holder's member: a Semaphore's limit; 0 when unused."""
         return 0
-
-    def _acquire_args(self, args: list[Any]) -> list[Any]:
-        return args
-
-    def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:
-        return [member, sigprefix]
 
     def _on_status(self, status: int, value: int) -> None:
         """A status other than granted or refused: raise the matching error."""
@@ -156,7 +136,6 @@ class PermitBase(Primitive):
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
         holder = holder_description()
         plan = self._plan(resolved, may_wait, holder)
-        token = self.token_mode + new_token()
         since = int(time.time() * 1000)  # for display only, never for ordering
         begun = time.monotonic()
         return _Attempt(
@@ -165,56 +144,44 @@ class PermitBase(Primitive):
             may_wait,
             None if budget is None else begun + budget,
             begun,
-            token,
-            since,
+            self.token_mode + new_token(),
+            f"{plan.limit}:{since}:{holder}",
         )
 
     def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
-        args = self._acquire_args(
-            [
-                None,  # the token
-                resolved.lease_ms,
-                b"wait" if may_wait else b"try",
-                int(resolved.chunk * 1000) + WAITER_GRACE_MS,
-                resolved.wire_sigprefix,
-                holder,
-                FENCE_MEMORY_MS,
-                None,  # the timestamp
-            ]
+        wait_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
+        return _Plan(
+            resolved.lease_ms, wait_ms if may_wait else -wait_ms, holder, self._member_limit()
         )
-        wire_keys = resolved.wire_keys
-        release_keys = [wire_keys[0], wire_keys[2], wire_keys[3]]
-        release_rest = self._release_args("", resolved.sigprefix)[1:]
-        return _Plan(args, release_keys, release_rest, holder, self._member_limit())
 
     def _acquire_steps(
         self, blocking: bool | None, blocking_timeout: float | None
-    ) -> Generator[Step, Any, int | None]:
-        """Acquire (``protocol.acquire``); ``None`` when held, else the retry hint in ms."""
+    ) -> Generator[Step, Any, AcquireResult]:
+        """Acquire (``protocol.acquire``): held, or refused with the retry hint."""
         attempt = self._begin(blocking, blocking_timeout)
         outcome = yield from protocol.acquire(
             protocol.Attempt(
                 name=self.name,
-                call=Call(self.acquire_script, attempt.keys, attempt.args),
+                call=attempt.call(self.acquire_script),
                 parse=permit_reply,
-                leave=Call(QUEUE_CANCEL, attempt.queue_keys, [attempt.token, attempt.sigprefix]),
-                signal_key=attempt.sigprefix + attempt.token,
-                chunk=attempt.chunk,
+                leave=attempt.leave(),
+                signal_key=attempt.resolved.sigprefix + attempt.token,
+                chunk=attempt.resolved.chunk,
                 may_wait=attempt.may_wait,
                 deadline=attempt.deadline,
             )
         )
         return self._finish(attempt, outcome.status, outcome.value, outcome.started)
 
-    def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> int | None:
-        """Record the outcome; ``None`` when granted, else the retry hint in ms."""
+    def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> AcquireResult:
+        """Record the outcome: held, or refused with the retry hint."""
         if status != GRANTED:
             if status != REFUSED:
                 self._on_status(status, value)
             self._announce_contended(attempt.begun)
-            return value
+            return AcquireResult.refused(value)
         plan, resolved = attempt.plan, attempt.resolved
-        member = f"{attempt.token}:{value}:{plan.limit}:{attempt.since}:{plan.holder}"
+        member = f"{attempt.token}:{value}:{attempt.tail}"
         holding = Holding(
             sender=type(self),
             name=self.name,
@@ -226,15 +193,16 @@ class PermitBase(Primitive):
             started=started,
             fencing_token=value,
             renew_script=PERMIT_EXTEND,
-            keys=plan.release_keys,
+            renew_keys=resolved.keys_for(PERMIT_EXTEND),
+            keys=resolved.keys_for(self.release_script),
             sigprefix=resolved.sigprefix,
         )
-        holding.release_args = [member, *plan.release_rest]
+        holding.release_args = self.release_script.args_of(member=member)
         self._stack().append(holding)
         if resolved.auto_renew:
             watchdog.watch(holding)
         self._announce_acquired(started - attempt.begun, value)
-        return None
+        return HELD_RESULT
 
     @staticmethod
     def _release_call(holding: Holding) -> tuple[Sequence[str | bytes], list[Any]]:
@@ -253,7 +221,9 @@ class PermitBase(Primitive):
     def _describe_keys(self) -> tuple[Any, list[str]]:
         settings = self._settings()
         keys, _ = self._key_set(self._prefix(settings))
-        return self._client(settings), [keys[0], keys[2]]
+        return self._client(settings), PERMIT_DESCRIBE.keys_of(
+            dict(zip(self.roles, keys, strict=True))
+        )
 
     def _owns(self, holders: list[HolderInfo]) -> bool:
         stack = self._stack()
@@ -281,10 +251,9 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
 
         Raises ``LockBackendError`` when Redis cannot be reached.
         """
-        return self._acquire(blocking, blocking_timeout) is None
+        return self._acquire(blocking, blocking_timeout).held
 
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
-        """Acquire; ``None`` when held, else the server's retry hint in ms."""
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
         return drivers.run(self._acquire_steps(blocking, blocking_timeout), self._resolve().client)
 
     def release(self) -> None:
@@ -322,7 +291,7 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         """Every live holder: token, ``host:pid:thread``, seconds of lease left, fence."""
         client, keys = self._describe_keys()
         with backend.translate_errors(self.name):
-            reply = PERMIT_DESCRIBE(client, keys, [])
+            reply = PERMIT_DESCRIBE(client, keys, PERMIT_DESCRIBE.args_of())
         return parse_holders(reply, mode_from_token=bool(self.token_mode))
 
 
@@ -352,9 +321,11 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> bool:
         """Take a permit; ``False`` when none could be had in time."""
-        return await self._acquire(blocking, blocking_timeout) is None
+        return (await self._acquire(blocking, blocking_timeout)).held
 
-    async def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> int | None:
+    async def _acquire(
+        self, blocking: bool | None, blocking_timeout: float | None
+    ) -> AcquireResult:
         conn = AsyncConnection(self._resolve().client)
         return await drivers.run_async(self._acquire_steps(blocking, blocking_timeout), conn)
 
@@ -391,5 +362,7 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
 
         client, keys = self._describe_keys()
         with backend.translate_errors(self.name):
-            reply = await AsyncConnection(client).run(PERMIT_DESCRIBE, keys, [])
+            reply = await AsyncConnection(client).run(
+                PERMIT_DESCRIBE, keys, PERMIT_DESCRIBE.args_of()
+            )
         return parse_holders(reply, mode_from_token=bool(self.token_mode))

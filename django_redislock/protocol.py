@@ -5,14 +5,18 @@ a ``Call`` of a script or a ``Wait`` on the caller's signal list, is sent
 the step's reply, and returns an ``Outcome``. ``drivers.py`` runs it on a
 synchronous client or on asyncio; ``Lock``, ``AsyncLock`` and the permit
 primitives (sync and async) describe their attempt with an ``Attempt`` and
-share this one loop.
+share this one loop. ``Redlock``'s quorum acquire (``quorum.py``) has steps
+of its own, ``FanOut`` and ``Pause``, run by ``drivers.run_quorum``.
 
 Waiting is event driven: a waiter queues itself in the acquire script, then
 blocks on its own signal list with ``BLPOP``; a release pushes to the list
 of the first waiter. Each wait is bounded by the holder's remaining lease
 and by the connection's socket timeout (``chunk``), so a lost wake-up or a
 dead holder costs at most the rest of the lease, and a blocking command never
-outlives the socket timeout.
+outlives the socket timeout. Every step of an acquire with a
+``blocking_timeout`` carries its deadline, and the drivers end it soon after
+that deadline even when Redis stops answering (``bounds.py``); the clean-up of
+such an attempt is sent in the background once Redis answers again.
 
 Timeline of an interrupted acquire, which is why clean-up is part of the
 protocol::
@@ -48,27 +52,58 @@ HANDED = 2
 WAKE_UP = (b"1", "1")
 
 
-@dataclass(frozen=True, slots=True)
+# Call and Wait are never changed once built, but not frozen: a frozen
+# dataclass's __init__ costs about 1 µs more, and every acquire builds one.
+
+
+@dataclass(slots=True)
 class Call:
     """Run ``script`` with ``keys`` and ``args``; ``shield``: a clean-up that
-    must run even when the caller is being cancelled."""
+    must run even when the caller is being cancelled. ``deadline``: the
+    acquire's (``time.monotonic()``), which bounds the call even when Redis
+    stops answering (``bounds.py``); ``background``: send it from the
+    janitor thread once Redis answers again, without waiting."""
 
     script: Script
     keys: Sequence[str | bytes]
     args: Sequence[Any]
     shield: bool = False
+    deadline: float | None = None
+    background: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wait:
     """``BLPOP`` the caller's own signal list for at most ``timeout`` seconds;
     the reply is ``(key, value)`` or ``None``."""
 
     key: str | bytes
     timeout: float
+    deadline: float | None = None
 
 
 Step = Call | Wait
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """Run ``call`` on every server at once (``only``: on those numbered), each
+    reply awaited at most ``timeout`` seconds; the reply is one result per
+    server, in order: its value, or its exception (``None`` outside ``only``)."""
+
+    call: Call
+    timeout: float | None
+    only: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Sleep ``seconds`` before the next attempt."""
+
+    seconds: float
+
+
+QuorumStep = FanOut | Pause
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,12 +121,34 @@ class Outcome:
         return self.status in (HELD, HANDED)
 
 
+@dataclass(frozen=True, slots=True)
+class AcquireResult:
+    """What an acquire of any primitive came to, for its callers (``__enter__``,
+    ``@require_lock``, ``MultiLock``): ``held``, or refused, with the seconds
+    after which a retry may succeed (``None``: no hint). ``name``: the part
+    that refused, for a composite (``MultiLock``)."""
+
+    held: bool
+    retry_after: float | None = None
+    name: str | None = None
+
+    @staticmethod
+    def refused(retry_after_ms: int) -> AcquireResult:
+        """Refused, from a script's retry hint in ms (0 or below: no hint)."""
+        return AcquireResult(False, retry_after_ms / 1000.0 if retry_after_ms > 0 else None)
+
+
+#: The result of every acquire that holds.
+HELD_RESULT = AcquireResult(True)
+
+
 @dataclass(slots=True)
 class Attempt:
     """One primitive's acquire, as the protocol needs it.
 
-    ``call`` is the acquire script's call (its arguments may be updated in
-    place by ``on_wait``), ``parse`` turns its reply into ``(status, value)``;
+    ``call`` is the acquire script's call (``on_wait`` may return the next
+    attempt's call instead, or update its arguments in place); ``parse`` turns
+    its reply into ``(status, value)``;
     ``leave`` takes the caller out of the queue; ``undo`` is the clean-up after
     an interruption (``None``: ``leave`` when it may have queued).
     ``handoff_lease``: a handoff's first lease in seconds, 0 when a signal is
@@ -108,7 +165,7 @@ class Attempt:
     deadline: float | None
     undo: Call | None = None
     handoff_lease: float = 0.0
-    on_wait: Callable[[], None] | None = field(default=None)
+    on_wait: Callable[[], Call | None] | None = field(default=None)
 
 
 def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
@@ -133,6 +190,13 @@ def handoff_fresh(started: float, handoff_lease: float) -> bool:
     return handoff_lease > 0 and time.monotonic() - started < 0.75 * handoff_lease
 
 
+def bounded(call: Call, deadline: float | None) -> Call:
+    """``call`` bounded by the acquire's ``deadline`` (``None``: unbounded)."""
+    if deadline is None:
+        return call
+    return Call(call.script, call.keys, call.args, call.shield, deadline)
+
+
 def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     """The fair acquire: attempts until one answers other than ``REFUSED``.
 
@@ -145,21 +209,23 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     replace the original) and raises; Redis failures as ``LockBackendError``.
     """
     queued = False
+    deadline = attempt.deadline
+    call = bounded(attempt.call, deadline)
     try:
         while True:
             started = time.monotonic()
-            status, value = attempt.parse((yield attempt.call))
+            status, value = attempt.parse((yield call))
             if status != REFUSED:
                 if status not in (HELD, HANDED) and queued:
-                    yield attempt.leave
+                    yield bounded(attempt.leave, deadline)
                 return Outcome(status, value, started)
             queued = attempt.may_wait
-            deadline = attempt.deadline
             if not queued or (deadline is not None and time.monotonic() >= deadline):
                 if queued:
-                    yield attempt.leave
+                    yield bounded(attempt.leave, deadline)
                 return Outcome(REFUSED, value, started)
-            signal = yield Wait(attempt.signal_key, wait_seconds(value, attempt.chunk, deadline))
+            wait = wait_seconds(value, attempt.chunk, deadline)
+            signal = yield Wait(attempt.signal_key, wait, deadline)
             if (
                 signal is not None
                 and signal[1] not in WAKE_UP
@@ -167,18 +233,24 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
             ):
                 return Outcome(HANDED, int(signal[1]), started)
             if attempt.on_wait is not None:
-                attempt.on_wait()
+                attempt.call = attempt.on_wait() or attempt.call
+                call = bounded(attempt.call, deadline)
     except GeneratorExit:
         raise
     except BaseException as exc:
+        # Redis did not answer within the budget: the clean-up is sent once it
+        # answers again (bounds.Janitor), after the abandoned command.
+        unanswered = isinstance(exc, backend.Unanswered)
         cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
         if cleanup is not None:
             try:
-                yield Call(cleanup.script, cleanup.keys, cleanup.args, shield=True)
+                yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, unanswered)
             except backend.BACKEND_ERRORS as cleanup_exc:
                 logger.debug(
                     "Could not clean up an interrupted acquire of %r: %s", attempt.name, cleanup_exc
                 )
+        if unanswered:
+            raise backend.unanswered_error(attempt.name, exc) from exc
         if isinstance(exc, backend.BACKEND_ERRORS):
             raise backend.backend_error(attempt.name, exc) from exc
         raise

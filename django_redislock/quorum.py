@@ -1,20 +1,36 @@
-"""The quorum arithmetic of ``Redlock`` and its holding.
+"""The quorum acquire of ``Redlock``, written once and without I/O.
 
 A Redlock is held while a majority of independent servers hold it, for the
 lease less the clock-drift allowance of the algorithm (antirez, "Distributed
-locks with Redis"); ``RedlockHolding`` renews it on every server at once
-(``fanout``) and reports it lost when a majority answers that it is not.
+locks with Redis"). Like ``protocol.acquire`` for one server, the attempt is
+a generator: it yields a ``protocol.FanOut`` (one script on every server at
+once; the reply is one result per server, a value or the exception) or a
+``protocol.Pause`` between attempts, and returns a ``protocol.Outcome``. ``drivers.run_quorum``
+performs the steps through ``fanout``.
+
+Why waiting polls: a ``Lock`` waiter sleeps on a list that the releasing
+script pushes to, on the one server that decides. A Redlock has no such
+server: a waiter woken by one server still needs a majority, and per-server
+queues order waiters differently, so waiters would each win a minority and
+livelock. Waiters therefore retry after a random, growing delay (``RETRY_MIN``
+to ``RETRY_MAX``, never past the holders' remaining leases or the caller's
+deadline), which is what keeps competing waiters from colliding again.
 """
 
 from __future__ import annotations
 
+import logging
+import random
 import time
+from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
-from . import fanout
 from .exceptions import LockBackendError
-from .holding import Holding
-from .scripts import LOCK_EXTEND
+from .locks import ACQUIRED, acquire_reply
+from .protocol import HELD, REFUSED, Call, FanOut, Outcome, Pause, QuorumStep
+
+logger = logging.getLogger(__name__)
 
 #: Clock drift allowance of the Redlock algorithm: 1% of the lease plus 2 ms.
 DRIFT_FACTOR = 0.01
@@ -22,8 +38,8 @@ DRIFT_FIXED = 0.002
 #: Bounds of the random delay between two attempts of a waiting acquire.
 RETRY_MIN = 0.005
 RETRY_MAX = 0.1
-
-_PARTS = ("redlock", "redlock-fence", "redlock-queue", "redlock-deadlines")
+#: How long undoing a failed attempt may wait for any one server.
+UNDO_TIMEOUT = 1.0
 
 
 def drift(lease: float) -> float:
@@ -45,56 +61,8 @@ def quorum(count: int) -> int:
     return count // 2 + 1
 
 
-class RedlockHolding(Holding):
-    """A claim on a majority; renewing extends it on every server."""
-
-    __slots__ = ("candidate_fence", "clients", "drift", "fence_key", "lock_key")
-
-    def __init__(
-        self, *, clients: list[Any], lock_key: str, fence_key: str, candidate_fence: int,
-        **kwargs: Any,
-    ) -> None:  # fmt: skip
-        super().__init__(renew_script=LOCK_EXTEND, client=None, fencing_token=None, **kwargs)
-        self.clients = clients
-        self.lock_key = lock_key
-        self.fence_key = fence_key
-        self.candidate_fence = candidate_fence
-        self.drift = drift(self.lease)
-        # The lease counts from before the first request, less the drift allowance.
-        self.lease_deadline -= self.drift
-
-    def extend_all(self, lease: float) -> bool:
-        """Extend on every server; ``True`` when a majority did so in time.
-
-        ``False`` when a majority answered that the lock is not ours (it is
-        lost); ``LockBackendError`` when too few answered to tell.
-        """
-        started = time.monotonic()
-        results = fanout.run_on_all(
-            self.clients,
-            LOCK_EXTEND,
-            [self.lock_key],
-            [self.token, int(lease * 1000)],
-            timeout=reply_timeout(lease, drift(lease)),
-        )
-        extended = sum(1 for r in results if r == 1)
-        refused = sum(1 for r in results if r == 0)
-        needed = quorum(len(self.clients))
-        if extended >= needed and time.monotonic() - started < lease - drift(lease):
-            self.lease = lease
-            self.lease_deadline = started + lease - drift(lease)
-            return True
-        if len(self.clients) - refused < needed:
-            return False
-        raise _too_few_error(self.name, results, "extend")
-
-    def renew(self) -> bool:
-        if not self.active:
-            return True
-        return self.extend_all(self.lease) or self.releasing
-
-
-def _too_few_error(name: str, results: list[Any], action: str) -> LockBackendError:
+def too_few_error(name: str, results: list[Any], action: str) -> LockBackendError:
+    """The error when fewer than a majority answered ``action``."""
     failures = [r for r in results if isinstance(r, BaseException)]
     answered = len(results) - len(failures)
     error = LockBackendError(
@@ -108,3 +76,89 @@ def _too_few_error(name: str, results: list[Any], action: str) -> LockBackendErr
     if failures:
         error.__cause__ = failures[0]
     return error
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumAttempt:
+    """One ``Redlock`` acquire, as the quorum protocol needs it.
+
+    ``call``: the lock script's acquire, the same on every server; ``undo``:
+    the release of this attempt's token; ``count``: how many servers.
+    """
+
+    name: str
+    call: Call
+    undo: Call
+    count: int
+    lease: float
+    deadline: float | None
+
+
+def acquire(attempt: QuorumAttempt) -> Generator[QuorumStep, Any, Outcome]:
+    """Attempts until a majority grants the lock in time, or the deadline passes.
+
+    Held (status ``HELD``, value: the largest fencing counter granted) when a
+    majority granted it and the lease less the time taken and the drift
+    allowance is still positive. Otherwise the attempt is undone wherever it
+    may have been granted, and retried after a random, growing pause; at the
+    deadline the outcome is ``REFUSED`` with a retry hint in ms. Fewer than a
+    majority answering is a ``LockBackendError`` at once (waiting would not
+    help); any exception while the attempt is out undoes it everywhere.
+    """
+    lease, needed = attempt.lease, quorum(attempt.count)
+    allowance = drift(lease)
+    delay = RETRY_MIN
+    while True:
+        started = time.monotonic()
+        try:
+            results = yield FanOut(attempt.call, reply_timeout(lease, allowance))
+        except GeneratorExit:
+            raise
+        except BaseException:  # interrupted mid-way: undo wherever it may have landed
+            yield from _undo(attempt, [None] * attempt.count)
+            raise
+        replies = [acquire_reply(r) if isinstance(r, int) else None for r in results]
+        granted = [r[1] for r in replies if r is not None and r[0] == ACQUIRED]
+        if len(granted) >= needed and lease - (time.monotonic() - started) - allowance > 0:
+            return Outcome(HELD, max(granted), started)
+        yield from _undo(attempt, results)
+        failures = sum(1 for r in results if isinstance(r, BaseException))
+        if attempt.count - failures < needed:
+            raise too_few_error(attempt.name, results, "acquire")
+        hint = retry_after(replies, needed)
+        now = time.monotonic()
+        if attempt.deadline is not None and now >= attempt.deadline:
+            return Outcome(REFUSED, int(hint * 1000), started)
+        pause = random.uniform(0.5, 1.0) * delay
+        if hint > 0:
+            pause = min(pause, hint)
+        if attempt.deadline is not None:
+            pause = min(pause, attempt.deadline - now)
+        yield Pause(max(pause, 0.0))
+        delay = min(delay * 2, RETRY_MAX)
+
+
+def retry_after(replies: list[tuple[int, int] | None], needed: int) -> float:
+    """Seconds until enough current holders' leases end for a majority to be
+    free (``replies``: decoded acquire replies, ``None`` for a failed server)."""
+    hints = sorted(r[1] for r in replies if r is not None and r[0] == REFUSED)
+    free = len(replies) - len(hints)
+    missing = needed - free
+    if missing <= 0 or not hints:
+        return 0.0
+    return hints[min(missing, len(hints)) - 1] / 1000.0
+
+
+def _undo(attempt: QuorumAttempt, results: list[Any]) -> Generator[QuorumStep, Any, None]:
+    """Release a failed attempt wherever it may have been granted (``None``:
+    unknown); best effort, as the leases run out by themselves."""
+    touched = tuple(
+        index
+        for index, r in enumerate(results)
+        if r is None or isinstance(r, BaseException) or (isinstance(r, int) and r > 0)
+    )
+    if touched:
+        try:
+            yield FanOut(attempt.undo, UNDO_TIMEOUT, touched)
+        except Exception as exc:
+            logger.debug("Could not undo a failed attempt on %r: %s", attempt.name, exc)

@@ -7,24 +7,14 @@ drift, leaves some of the lease. Otherwise every server is told to release and
 the attempt is retried after a random delay. With N servers up to (N - 1) / 2
 may be down or partitioned away.
 
-Each server runs the same ``lock_*.lua`` scripts as ``Lock`` (in ``try``
-mode: no queue), under its own key part, so a ``Redlock`` never collides with a
-``Lock`` of the same name on a shared server.
-
-Why waiting polls: a ``Lock`` waiter sleeps on a list that the releasing
-script pushes to, on the one server that decides. A Redlock has no such
-server: a waiter woken by one server still needs a majority, and per-server
-queues order waiters differently, so waiters would each win a minority and
-livelock. Waiters therefore retry after a random, growing delay (``RETRY_MIN``
-to ``RETRY_MAX``, never past the holder's remaining lease or the caller's
-deadline), which is what keeps competing waiters from colliding again.
+The pieces: ``quorum`` (the acquire, written once without I/O, and the
+majority arithmetic), ``drivers.run_quorum`` and ``fanout`` (every server at
+once, through redis-py's public API), ``redlock_servers`` (which servers, and
+the lock-script calls made there), ``redlock_holding`` (renewal on a majority).
 """
 
 from __future__ import annotations
 
-import logging
-import math
-import random
 import sys
 import threading
 import time
@@ -34,29 +24,26 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import backend, fanout, signals
-from .base import FENCE_MEMORY_MS
+from . import backend, drivers, fanout, signals
 from .conf import LockSettings, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from .fanout import Servers
 from .holding import Holding, current_pid, holder_description, new_token
-from .locks import ACQUIRED, acquire_reply
-from .protocol import REFUSED
-from .quorum import (
-    _PARTS,
-    RETRY_MAX,
-    RETRY_MIN,
-    RedlockHolding,
-    _too_few_error,
-    drift,
-    quorum,
-    reply_timeout,
-)
+from .protocol import HELD_RESULT, AcquireResult
+from .quorum import QuorumAttempt, quorum, too_few_error
+from .quorum import acquire as quorum_acquire
+from .redlock_holding import RedlockHolding
+from .redlock_servers import key_list, lock_call, servers_for
 from .scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from .state import parse_lock_value
-from .validation import check_bool, check_lease, check_name, check_seconds, wait_budget
+from .validation import (
+    Options,
+    check_lease,
+    check_name,
+    fixed,
+    wait_budget,
+)
 from .watchdog import watchdog
-
-logger = logging.getLogger(__name__)
 
 
 def _check_aliases(using: object) -> tuple[str, ...] | None:
@@ -74,7 +61,7 @@ def _check_aliases(using: object) -> tuple[str, ...] | None:
     return aliases
 
 
-class Redlock:
+class Redlock(Options):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
 
     Use it when no single Redis (even with Sentinel) may decide alone: the
@@ -92,6 +79,9 @@ class Redlock:
     """
 
     kind = "redlock"
+    # fixed when built, as Lock's: the keys and servers are worked out from them once
+    name: str = fixed("name")
+    using: tuple[str, ...] | None = fixed("using")
 
     def __init__(
         self,
@@ -103,12 +93,9 @@ class Redlock:
         auto_renew: bool | None = None,
         using: Sequence[str] | None = None,
     ) -> None:
-        self.name = check_name(name)
-        self.timeout = check_lease(timeout)
-        self.blocking = bool(check_bool(blocking, "blocking", allow_none=False))
-        self.blocking_timeout = check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
-        self.auto_renew = check_bool(auto_renew, "auto_renew")
-        self.using = _check_aliases(using)
+        self._name = check_name(name)
+        self._set_options(timeout, blocking, blocking_timeout, auto_renew)
+        self._using = _check_aliases(using)
         self._local = threading.local()
         self._keys: tuple[str, list[str]] | None = None
 
@@ -126,14 +113,14 @@ class Redlock:
             )
         return aliases
 
-    def _clients(self, settings: LockSettings) -> list[Any]:
-        return [backend.get_client(alias) for alias in self._aliases(settings)]
+    def _servers(self, settings: LockSettings) -> Servers:
+        return servers_for(self._aliases(settings))
 
     def _key_list(self, prefix: str) -> list[str]:
         cached = self._keys
         if cached is not None and cached[0] == prefix:
             return cached[1]
-        keys = [backend.key(prefix, self.name, part) for part in _PARTS]
+        keys = key_list(prefix, self.name)
         self._keys = (prefix, keys)
         return keys
 
@@ -153,12 +140,12 @@ class Redlock:
         answer (waiting would not help), ``ImproperlyConfigured`` when fewer
         than three servers are configured.
         """
-        return self._acquire(blocking, blocking_timeout) is None
+        return self._acquire(blocking, blocking_timeout).held
 
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> float | None:
-        """Acquire; ``None`` when held, else seconds after which a retry may succeed."""
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
+        """Acquire: held, or refused with when enough leases end for a majority."""
         settings = get_settings()
-        clients = self._clients(settings)
+        servers = self._servers(settings)
         keys = self._key_list(settings.key_prefix)
         lease = self.timeout if self.timeout is not None else settings.timeout
         holding = self._holding()
@@ -166,77 +153,44 @@ class Redlock:
             if not self._extend_holding(holding, holding.lease, "acquired it again"):
                 raise self._lost(holding)
             holding.depth += 1
-            return None
-
+            return HELD_RESULT
         _, budget = wait_budget(self, blocking, blocking_timeout, settings)
-        lease_ms = int(lease * 1000)
-        allowance = drift(lease)
-        token, holder = new_token(), holder_description()
-        args = [
-            token,
-            lease_ms,
-            "try",
-            0,
-            keys[0] + ":signal:",
-            holder,
-            FENCE_MEMORY_MS,
-            int(time.time() * 1000),
-        ]
-        needed = quorum(len(clients))
-        begun = time.monotonic()
-        deadline = None if budget is None else begun + budget
-        delay = RETRY_MIN
-        while True:
-            started = time.monotonic()
-            try:
-                results = fanout.run_on_all(
-                    clients, LOCK_ACQUIRE, keys, args, timeout=reply_timeout(lease, allowance)
-                )
-            except BaseException:  # interrupted mid-way: undo wherever it may have landed
-                self._release_quietly(clients, keys, token, [None] * len(clients))
-                raise
-            replies = [acquire_reply(r) if isinstance(r, int) else None for r in results]
-            granted = [r[1] for r in replies if r is not None and r[0] == ACQUIRED]
-            validity = lease - (time.monotonic() - started) - allowance
-            if len(granted) >= needed and validity > 0:
-                break
-            self._release_quietly(clients, keys, token, results)
-            failures = sum(1 for r in results if isinstance(r, BaseException))
-            if len(clients) - failures < needed:
-                raise _too_few_error(self.name, results, "acquire")
-            retry_after = self._retry_after(replies, needed)
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                signals.notify(
-                    signals.lock_contended,
-                    sender=type(self),
-                    name=self.name,
-                    kind=self.kind,
-                    waited=now - begun,
-                )
-                return retry_after
-            pause = random.uniform(0.5, 1.0) * delay
-            if retry_after > 0:
-                pause = min(pause, retry_after)
-            if deadline is not None:
-                pause = min(pause, deadline - now)
-            time.sleep(max(pause, 0.0))
-            delay = min(delay * 2, RETRY_MAX)
-
+        token, holder, begun = new_token(), holder_description(), time.monotonic()
+        attempt = QuorumAttempt(
+            name=self.name,
+            call=lock_call(LOCK_ACQUIRE, keys, token, lease_ms=int(lease * 1000), holder=holder),
+            undo=lock_call(LOCK_RELEASE, keys, token),
+            count=len(servers),
+            lease=lease,
+            deadline=None if budget is None else begun + budget,
+        )
+        outcome = drivers.run_quorum(quorum_acquire(attempt), servers)
+        if not outcome.held:
+            signals.notify(
+                signals.lock_contended,
+                sender=type(self),
+                name=self.name,
+                kind=self.kind,
+                waited=time.monotonic() - begun,
+            )
+            return AcquireResult.refused(outcome.value)
         holding = RedlockHolding(
-            clients=clients,
-            lock_key=keys[0],
-            fence_key=keys[1],
-            candidate_fence=max(int(f) for f in granted),
+            servers=servers,
+            redlock_keys=keys,
+            candidate_fence=outcome.value,
             sender=type(self),
             name=self.name,
             kind=self.kind,
             token=token,
             holder=holder,
             lease=lease,
-            started=started,
-            keys=[keys[0], keys[2], keys[3]],
+            started=outcome.started,
         )
+        self._hold(holding, settings, waited=outcome.started - begun)
+        return HELD_RESULT
+
+    def _hold(self, holding: RedlockHolding, settings: LockSettings, waited: float) -> None:
+        """Record a new hold: this holder's, watched, announced."""
         self._local.holding = holding
         if self.auto_renew if self.auto_renew is not None else settings.auto_renew:
             watchdog.watch(holding)
@@ -245,38 +199,9 @@ class Redlock:
             sender=type(self),
             name=self.name,
             kind=self.kind,
-            waited=started - begun,
+            waited=waited,
             fencing_token=None,
         )
-        return None
-
-    @staticmethod
-    def _retry_after(replies: list[tuple[int, int] | None], needed: int) -> float:
-        """When enough current holders' leases end for a majority to be free
-        (``replies``: decoded acquire replies, ``None`` for a failed server)."""
-        hints = sorted(r[1] for r in replies if r is not None and r[0] == REFUSED)
-        free = len(replies) - len(hints)
-        missing = needed - free
-        if missing <= 0 or not hints:
-            return 0.0
-        return hints[min(missing, len(hints)) - 1] / 1000.0
-
-    def _release_quietly(
-        self, clients: list[Any], keys: list[str], token: str, results: list[Any]
-    ) -> None:
-        """Undo a failed attempt wherever it may have been granted (``None``: unknown)."""
-        touched = [
-            c
-            for c, r in zip(clients, results, strict=True)
-            if r is None or isinstance(r, BaseException) or (isinstance(r, int) and r > 0)
-        ]
-        if touched:
-            try:
-                fanout.run_on_all(
-                    touched, LOCK_RELEASE, [keys[0], keys[2], keys[3]], [token, ""], timeout=1.0
-                )
-            except Exception as exc:  # best effort: the leases run out by themselves
-                logger.debug("Could not undo a failed attempt on %r: %s", self.name, exc)
 
     # fencing ------------------------------------------------------------------------
 
@@ -290,7 +215,7 @@ class Redlock:
         larger counter, so later holders' tokens are larger. The counters start
         from each server's clock in µs, so the order also survives a server
         restarting empty as long as server clocks agree to within
-        ``FENCE_MEMORY_MS``. Raises ``LockLostError`` when a majority no
+        ``FENCE_MEMORY_MS`` (``scripts/_queue.lua``). Raises ``LockLostError`` when a majority no
         longer holds the lock: a token of a lost lock must not be used.
         """
         holding = self._holding()
@@ -298,10 +223,10 @@ class Redlock:
             return None
         if holding.fencing_token is None:
             results = fanout.run_on_all(
-                holding.clients,
+                holding.servers,
                 REDLOCK_FENCE,
-                [holding.lock_key, holding.fence_key],
-                [holding.token, holding.candidate_fence, FENCE_MEMORY_MS],
+                REDLOCK_FENCE.keys_of({"lock": holding.lock_key, "fence": holding.fence_key}),
+                REDLOCK_FENCE.args_of(token=holding.token, fencing_token=holding.candidate_fence),
                 timeout=max(holding.lease_deadline - time.monotonic(), 0.001),
             )
             if sum(1 for r in results if r == 1) < quorum(len(results)):
@@ -327,12 +252,9 @@ class Redlock:
         self._local.holding = None
         holding.releasing = True
         watchdog.unwatch(holding)
+        call = lock_call(LOCK_RELEASE, holding.redlock_keys, holding.token)
         results = fanout.run_on_all(
-            holding.clients,
-            LOCK_RELEASE,
-            holding.keys,
-            [holding.token, ""],
-            timeout=max(holding.lease, 1.0),
+            holding.servers, call.script, call.keys, call.args, timeout=max(holding.lease, 1.0)
         )
         released = sum(1 for r in results if r == 0)
         not_ours = sum(1 for r in results if r == -1)
@@ -343,7 +265,7 @@ class Redlock:
         if holding.lost is not None:
             raise self._lost(holding)
         if released < needed:
-            raise _too_few_error(self.name, results, "release")
+            raise too_few_error(self.name, results, "release")
         signals.notify(
             signals.lock_released,
             sender=type(self),
@@ -375,7 +297,7 @@ class Redlock:
         settings = get_settings()
         key = self._key_list(settings.key_prefix)[0]
         states: list[Any] = []
-        for client in self._clients(settings):
+        for client in self._servers(settings).clients:
             try:
                 pipe = client.pipeline(transaction=False)
                 pipe.get(key)
@@ -389,7 +311,7 @@ class Redlock:
         states = self._states()
         answered = [s for s in states if not isinstance(s, BaseException)]
         if len(answered) < quorum(len(states)):
-            raise _too_few_error(self.name, states, "inspect")
+            raise too_few_error(self.name, states, "inspect")
         return answered, quorum(len(states))
 
     def locked(self) -> bool:
@@ -428,12 +350,12 @@ class Redlock:
     # context manager ------------------------------------------------------------------
 
     def __enter__(self) -> Redlock:
-        retry = self._acquire(None, None)
-        if retry is not None:
+        result = self._acquire(None, None)
+        if not result.held:
             raise LockTimeout(
                 f"Could not acquire redlock {self.name!r} in time.",
                 name=self.name,
-                retry_after=retry if retry > 0 and math.isfinite(retry) else None,
+                retry_after=result.retry_after,
             )
         return self
 

@@ -21,7 +21,8 @@ from typing import Any
 from .base import Primitive
 from .exceptions import LockTimeout
 from .permits import AsyncPermitPrimitive, PermitBase, PermitPrimitive
-from .scripts import RWLOCK_ACQUIRE, RWLOCK_RELEASE
+from .protocol import AcquireResult
+from .scripts import RWLOCK_ACQUIRE
 from .state import HolderInfo
 
 _PARTS = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
@@ -33,14 +34,13 @@ class _RWSide(PermitBase):
     kind = "rwlock"
     parts = _PARTS
     acquire_script = RWLOCK_ACQUIRE
-    release_script = RWLOCK_RELEASE
     mode = ""
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
 
-    def _timeout_error(self, retry_after_ms: int | None) -> LockTimeout:
-        error = super()._timeout_error(retry_after_ms)
+    def _timeout_error(self, result: AcquireResult) -> LockTimeout:
+        error = super()._timeout_error(result)
         error.args = (f"Could not acquire {self.name!r} for {self.mode} in time.",)
         return error
 

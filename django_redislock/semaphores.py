@@ -16,10 +16,9 @@ two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 
 from __future__ import annotations
 
-from typing import Any
-
 from .permits import LIMIT_MISMATCH, AsyncPermitPrimitive, PermitBase, PermitPrimitive
-from .scripts import SEMAPHORE_ACQUIRE, SEMAPHORE_RELEASE
+from .scripts import SEMAPHORE_ACQUIRE
+from .validation import fixed
 
 
 def check_limit(limit: object) -> int:
@@ -36,7 +35,6 @@ class SemaphoreBase(PermitBase):
     kind = "semaphore"
     parts = ("semaphore", "sem:fence", "sem:queue", "sem:deadlines")
     acquire_script = SEMAPHORE_ACQUIRE
-    release_script = SEMAPHORE_RELEASE
 
     def __init__(
         self,
@@ -62,27 +60,14 @@ class SemaphoreBase(PermitBase):
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r} limit={self.limit}>"
 
-    @property
-    def limit(self) -> int:
-        """How many holders at once; every user of the name must agree on it."""
-        return self._limit
-
-    @limit.setter
-    def limit(self, limit: int) -> None:
-        self._limit = check_limit(limit)
+    #: How many holders at once; every user of the name must agree on it.
+    limit: int = fixed("limit")
 
     def _resolve_options(self) -> tuple[object, ...]:
         return (*super()._resolve_options(), self._limit)
 
     def _member_limit(self) -> int:
         return self._limit
-
-    def _acquire_args(self, args: list[Any]) -> list[Any]:
-        args.append(self._limit)
-        return args
-
-    def _release_args(self, member: str, sigprefix: str | bytes) -> list[Any]:
-        return [member, sigprefix, self.limit]
 
     def _on_status(self, status: int, value: int) -> None:
         if status == LIMIT_MISMATCH:

@@ -18,6 +18,7 @@ never propagate into the lock: see ``notify``.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from django.dispatch import Signal
@@ -30,6 +31,29 @@ lock_lost = Signal()
 lock_contended = Signal()
 
 
+#: The app's own receivers (``hot.install``), called directly: Django's
+#: dispatch (``send_robust``) costs more than the rest of an uncontended
+#: acquire's bookkeeping, and this app's receivers need none of it.
+_TAPS: dict[Signal, tuple[Callable[..., Any], ...]] = {}
+
+
+def tap(signal: Signal, receiver: Callable[..., Any]) -> None:
+    """Call ``receiver`` (like a receiver: ``signal``, ``sender``, keywords)
+    whenever ``signal`` is notified; for this app's own receivers."""
+    _TAPS[signal] = (*_TAPS.get(signal, ()), receiver)
+
+
+def untap(signal: Signal, receiver: Callable[..., Any]) -> None:
+    _TAPS[signal] = tuple(r for r in _TAPS.get(signal, ()) if r != receiver)
+    if not _TAPS[signal]:
+        del _TAPS[signal]
+
+
+def wanted(signal: Signal) -> bool:
+    """Whether anyone listens: only then are a signal's keywords worth building."""
+    return bool(signal.receivers) or signal in _TAPS
+
+
 def notify(signal: Signal, sender: type, **kwargs: Any) -> None:
     """Send ``signal``; a receiver's exception is logged, never raised.
 
@@ -38,6 +62,11 @@ def notify(signal: Signal, sender: type, **kwargs: Any) -> None:
     ``with`` block never entered, and a failing ``lock_lost`` receiver would
     kill the watchdog thread that renews every lease of the process.
     """
+    for tapped in _TAPS.get(signal, ()):
+        try:
+            tapped(signal=signal, sender=sender, **kwargs)
+        except Exception:
+            logger.exception("A receiver of a django-redislock signal failed: %r", tapped)
     if not signal.receivers:
         return
     for receiver, result in signal.send_robust(sender=sender, **kwargs):

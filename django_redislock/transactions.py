@@ -90,7 +90,7 @@ def hand_over(lock: Lock) -> bool:
     transaction (of the first connection in an atomic block), which releases it
     after its commit or rollback. ``False``, to release now, when no
     transaction is open or it already holds the name until its end."""
-    if lock._holding() is None:
+    if lock.fencing_token is None:  # the current thread holds nothing through it
         return False
     for connection in connections.all(initialized_only=True):
         if connection.in_atomic_block:

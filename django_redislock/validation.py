@@ -7,8 +7,9 @@ Each names the argument and what was given, so a bad value is a one-line
 from __future__ import annotations
 
 import math
+import operator
 import unicodedata
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from .conf import LockSettings
@@ -26,6 +27,8 @@ def check_name(name: object, argument: str = "name") -> str:
         raise ValueError(
             f"{argument} is {len(name)} characters long; the limit is {MAX_NAME_LENGTH}."
         )
+    if name.isprintable():  # no control character nor lone surrogate (the common case)
+        return name
     for char in name:
         category = unicodedata.category(char)
         if category in ("Cc", "Cs"):
@@ -35,6 +38,8 @@ def check_name(name: object, argument: str = "name") -> str:
             )
     return name
 
+
+_NUMBERS = (int, float)
 
 #: The shortest lease: Redis counts leases in whole milliseconds.
 MIN_LEASE = 0.001
@@ -54,7 +59,7 @@ def check_seconds(
         if allow_none:
             return None
         raise TypeError(f"{argument} must be a number of seconds, not None.")
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}.")
     if math.isnan(value) or math.isinf(value):
         raise ValueError(f"{argument} must be finite, got {value!r}.")
@@ -106,3 +111,47 @@ def wait_budget(
     if not blocking:
         budget = 0.0
     return budget != 0.0, budget
+
+
+def fixed(option: str) -> Any:
+    """A primitive's option, read like an attribute (from ``_<option>``), fixed
+    when the primitive is built.
+
+    What a primitive resolved from its options (keys, client, lease) is shared
+    with every primitive of the same class, name and options, so an option
+    changed later would be silently ignored, or would change other handles:
+    assigning one raises instead. Reads stay a C-level attribute fetch.
+    """
+
+    def refuse(primitive: object, value: object) -> None:
+        kind = type(primitive).__name__
+        raise AttributeError(
+            f"{kind}.{option} is fixed when the {kind} is built; "
+            f"make a new {kind}(..., {option}={value!r}) instead."
+        )
+
+    return property(operator.attrgetter(f"_{option}"), refuse, doc=f"The ``{option}`` option.")
+
+
+class Options:
+    """The waiting and lease options every primitive takes, checked once and
+    fixed when it is built (``Lock``, ``Semaphore``, ``Redlock``, ``MultiLock``...)."""
+
+    timeout: float | None = fixed("timeout")
+    blocking: bool = fixed("blocking")
+    blocking_timeout: float | None = fixed("blocking_timeout")
+    auto_renew: bool | None = fixed("auto_renew")
+
+    def _set_options(
+        self,
+        timeout: float | None,
+        blocking: bool,
+        blocking_timeout: float | None,
+        auto_renew: bool | None,
+    ) -> None:
+        self._timeout = check_lease(timeout)
+        self._blocking = bool(check_bool(blocking, "blocking", allow_none=False))
+        self._blocking_timeout = check_seconds(
+            blocking_timeout, "blocking_timeout", allow_zero=True
+        )
+        self._auto_renew = check_bool(auto_renew, "auto_renew")

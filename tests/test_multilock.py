@@ -170,3 +170,14 @@ def test_reentrant_per_holder_like_lock() -> None:
             assert multi.owned()
         assert Lock("a").locked() and Lock("b").locked()
     assert not multi.locked()
+
+
+def test_options_are_fixed_when_the_set_is_built() -> None:
+    """The parts are built from the options: a later change would not reach them."""
+    multi = MultiLock(["fixed:a", "fixed:b"], timeout=30)
+    changes = {"timeout": 5, "auto_renew": False, "using": "other", "blocking": False,
+               "blocking_timeout": 1, "names": ("x",)}  # fmt: skip
+    for option, value in changes.items():
+        with pytest.raises(AttributeError, match=rf"MultiLock\.{option} is fixed when"):
+            setattr(multi, option, value)
+    assert multi.timeout == 30 and all(part.timeout == 30 for part in multi.locks)

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import pytest
+import redis
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -21,8 +22,8 @@ from django_redislock import (
     fanout,
 )
 from django_redislock import signals as lock_signals
-from django_redislock.redlock import drift, quorum
-from django_redislock.scripts import LOCK_ACQUIRE
+from django_redislock.quorum import drift, quorum
+from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 from django_redislock.state import parse_lock_value
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
 from tests.procs import processes
@@ -363,3 +364,76 @@ def test_extend_is_the_lease_the_watchdog_renews(redlock_servers: RedlockServers
         time.sleep(0.5)
         ttl = lock.ttl()
         assert ttl is not None and ttl > 50
+
+
+def test_a_tracer_sees_acquire_and_release_on_every_server(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redlock's fan-out passes ``Redis.execute_command`` (where OpenTelemetry's
+    and Sentry's redis integrations hook in) on each server, like every Lock."""
+    with Redlock("traced-warm-up"):  # scripts loaded, so one EVALSHA per server
+        pass
+    seen: list[tuple[int, str]] = []
+    mutex = threading.Lock()
+    execute = redis.Redis.execute_command
+
+    def traced(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        if args[0] == "EVALSHA":
+            with mutex:
+                seen.append((self.connection_pool.connection_kwargs["port"], args[1]))
+        return execute(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", traced)
+    lock = Redlock("traced")
+    lock.acquire()
+    lock.release()
+    ports = sorted(server.port for server in redlock_servers.servers)
+    for script in (LOCK_ACQUIRE, LOCK_RELEASE):
+        assert sorted(port for port, sha in seen if sha == script.sha) == ports
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_a_forked_child_fans_out_on_its_own_threads(redlock_servers: RedlockServers) -> None:
+    """The parent's worker threads do not exist in a child: it starts its own."""
+    from tests.test_fork import fork_and_run
+
+    with Redlock("before-fork"):  # the parent's pool has workers now
+        pass
+
+    def child() -> int:
+        lock = Redlock("in-child", blocking_timeout=5)
+        if not lock.acquire():
+            return 2
+        lock.release()
+        return 0
+
+    assert fork_and_run(child) == 0
+    assert holders(redlock_servers, "in-child") == [None] * 5
+
+
+def test_fan_out_threads_are_daemons_and_exit_when_idle(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(fanout, "IDLE_EXIT", 0.2)
+
+    def workers() -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t.name == "redislock-fanout"]
+
+    earlier = set(workers())  # other tests' pools (each settings change makes a new one)
+    with Redlock("idle"):
+        started = [t for t in workers() if t not in earlier]
+        assert started
+        assert all(t.daemon for t in started)
+        assert len(started) <= fanout.WORKERS_PER_SERVER * 5
+    for thread in started:
+        thread.join(5)
+    assert not any(t.is_alive() for t in started)
+
+
+def test_options_are_fixed_when_the_redlock_is_built() -> None:
+    lock = Redlock("fixed", timeout=30, using=["a", "b", "c"])
+    for option, value in [("timeout", 5), ("auto_renew", False), ("using", ["x", "y", "z"]),
+                          ("blocking", False), ("blocking_timeout", 1), ("name", "x")]:  # fmt: skip
+        with pytest.raises(AttributeError, match=rf"Redlock\.{option} is fixed when"):
+            setattr(lock, option, value)
+    assert (lock.name, lock.timeout, lock.using) == ("fixed", 30, ("a", "b", "c"))

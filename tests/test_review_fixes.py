@@ -12,6 +12,7 @@ import redis
 
 from django_redislock import AsyncLock, Lock, async_locks, locks
 from django_redislock import signals as lock_signals
+from django_redislock.scripts import Script
 from django_redislock.watchdog import watchdog
 from tests.holders import OtherThread
 
@@ -27,6 +28,21 @@ def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
         return result
 
     monkeypatch.setattr(async_locks.AsyncConnection, "run", ran_then_cancelled)
+
+
+class RanThenInterrupted:
+    """A script whose run reaches Redis but whose reply never reaches the
+    caller (Ctrl-C on the way back); its call spec is the real one's."""
+
+    def __init__(self, real: Script) -> None:
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def __call__(self, *args: Any) -> Any:
+        self.real(*args)
+        raise KeyboardInterrupt
 
 
 def _raise(**kwargs: Any) -> None:
@@ -82,13 +98,8 @@ def test_a_renewal_that_loses_the_race_with_the_release_is_not_a_loss(
 def test_an_acquire_interrupted_after_the_grant_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    real = locks.LOCK_ACQUIRE
-
-    def granted_then_interrupted(*args: Any) -> Any:
-        real(*args)  # Redis granted it...
-        raise KeyboardInterrupt  # ...but the caller never learned
-
-    monkeypatch.setattr(locks, "LOCK_ACQUIRE", granted_then_interrupted)
+    # Redis granted it... but the caller never learned
+    monkeypatch.setattr(locks, "LOCK_ACQUIRE", RanThenInterrupted(locks.LOCK_ACQUIRE))
     with pytest.raises(KeyboardInterrupt):
         Lock("interrupted").acquire()
     monkeypatch.undo()
@@ -162,13 +173,8 @@ def test_an_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
     waiter did not know it was queued, and must leave the queue all the same."""
     holder = Lock("queued-unawares")
     other_thread(holder.acquire)
-    real = locks.LOCK_ACQUIRE
-
-    def queued_then_interrupted(*args: Any) -> Any:
-        real(*args)  # refused, and queued...
-        raise KeyboardInterrupt  # ...but the caller never learned
-
-    monkeypatch.setattr(locks, "LOCK_ACQUIRE", queued_then_interrupted)
+    # refused, and queued... but the caller never learned
+    monkeypatch.setattr(locks, "LOCK_ACQUIRE", RanThenInterrupted(locks.LOCK_ACQUIRE))
     with pytest.raises(KeyboardInterrupt):
         Lock("queued-unawares", blocking_timeout=10).acquire()
     monkeypatch.undo()
@@ -205,6 +211,9 @@ def test_a_semaphore_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
     real = type(waiter).acquire_script
 
     class QueuedThenInterrupted:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(real, name)  # its call spec, for the caller to build the call
+
         def __call__(self, *args: Any) -> Any:
             real(*args)  # refused, and queued...
             raise KeyboardInterrupt  # ...but the caller never learned

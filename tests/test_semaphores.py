@@ -126,23 +126,26 @@ def test_limit_disagreeing_with_the_one_in_use(redis_client: redis.Redis) -> Non
     assert Semaphore("pool", 5).acquire(blocking=False)  # idle name: no memory of 3
 
 
-def test_a_limit_changed_after_use_is_the_one_the_next_acquire_uses() -> None:
-    """Acquires reuse their packed calls; a new ``limit`` must not be ignored."""
+def test_the_limit_is_fixed_when_the_semaphore_is_built() -> None:
+    """Resolutions are shared per (name, options): a limit changed later would
+    be ignored, so assigning one is refused, and a new ``Semaphore`` is used."""
     sem = Semaphore("changed", 2)
     with sem:
         pass
-    sem.limit = 1
-    sem.acquire()
+    with pytest.raises(AttributeError, match=r"Semaphore.limit is fixed when"):
+        sem.limit = 1  # type: ignore[misc]
+    assert sem.limit == 2
+    one = Semaphore("changed", 1)
+    one.acquire()
     try:
         assert not Semaphore("changed", 1).acquire(blocking=False)  # full, not a mismatch
         with pytest.raises(ValueError, match=r"in use with limit=1"):
-            Semaphore("changed", 2).acquire(blocking=False)
+            sem.acquire(blocking=False)
     finally:
-        sem.release()
+        one.release()
     for bad in (0, 2.0, True, "2"):
         with pytest.raises(ValueError, match=r"limit must be an int of at least 1, got"):
-            sem.limit = bad  # type: ignore[assignment]
-    assert sem.limit == 1
+            Semaphore("changed", bad)  # type: ignore[arg-type]
     assert sem.holders() == []
 
 
@@ -211,6 +214,69 @@ def test_release_without_permit_and_lost_lease(redis_client: redis.Redis) -> Non
         sem.release()
     with pytest.raises(LockNotOwnedError):
         sem.release()
+
+
+def test_a_sole_holders_lease_is_the_keys_ttl(redis_client: redis.Redis) -> None:
+    """The release of a sole holder reads no clock: the key's TTL is its lease,
+    also once a holder with a longer lease left, and after a shorter renewal."""
+    key = "redislock:{sole}:semaphore"
+    long, short = Semaphore("sole", 2, timeout=60), Semaphore("sole", 2, timeout=2)
+    long.acquire()
+    short.acquire()
+    assert redis_client.pttl(key) > 50_000
+    long.release()
+    assert 0 < redis_client.pttl(key) <= 2_000
+    short.extend(30)
+    assert redis_client.pttl(key) > 25_000
+    short.extend(1)
+    assert 0 < redis_client.pttl(key) <= 1_000
+    short.release()
+    assert not redis_client.exists(key)
+    alone = Semaphore("sole", 2, timeout=2)  # taken on the fast path, renewed alone
+    alone.acquire()
+    alone.extend(30)
+    assert redis_client.pttl(key) > 25_000
+    alone.extend(1)
+    assert 0 < redis_client.pttl(key) <= 1_000
+    assert 0 < alone.holders()[0].ttl <= 1  # type: ignore[operator]
+    alone.release()
+    assert not redis_client.exists(key)
+
+
+@pytest.mark.parametrize("brief_first", [False, True])
+def test_a_lease_that_ended_beside_other_holders_is_reported_lost(
+    redis_client: redis.Redis, brief_first: bool
+) -> None:
+    """Nobody pruned it (no acquire came), the key lives on for the other
+    holder, and its release still finds the lease ended: LockLostError. (Taken
+    first, the brief holder was alone, its lease the key's TTL, until the other
+    joined.)"""
+    other = Semaphore("beside", 2, timeout=30)
+    brief = Semaphore("beside", 2, timeout=0.2, auto_renew=False)
+    first, second = (brief, other) if brief_first else (other, brief)
+    first.acquire()
+    second.acquire()
+    deadline = time.monotonic() + 5
+    while len(other.holders()) > 1:  # the server's clock says when its lease ended
+        assert time.monotonic() < deadline, "the lease never ended"
+        time.sleep(0.02)
+    assert redis_client.zcard("redislock:{beside}:semaphore") == 2  # still there, unpruned
+    with pytest.raises(LockLostError):
+        brief.release()
+    assert other.owned()
+    other.release()
+    assert not redis_client.exists("redislock:{beside}:semaphore")
+
+
+def test_a_lease_that_ended_alone_is_reported_lost(redis_client: redis.Redis) -> None:
+    brief = Semaphore("alone", 3, timeout=0.2, auto_renew=False)
+    brief.acquire()
+    deadline = time.monotonic() + 5
+    while redis_client.exists("redislock:{alone}:semaphore"):
+        assert time.monotonic() < deadline, "the key outlived the lease"
+        time.sleep(0.02)
+    with pytest.raises(LockLostError):
+        brief.release()
 
 
 def test_extend_and_expired_lease_cannot_be_extended() -> None:

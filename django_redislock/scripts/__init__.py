@@ -3,13 +3,20 @@
 Scripts get the shared preludes (files starting with ``_``) prepended, or put
 at a ``-- @preludes`` line after a fast path, so the lock value format and the
 fair wait queue are each written once.
+
+Every script carries its call spec: the names of its ``KEYS`` and ``ARGV`` in
+order, as its header comment lists them (``-- KEYS[1] lock ...``, one per
+line; checked by ``tests/test_script_specs.py``, which also fails on a script
+without one). Callers build the lists by name (``keys_of``, ``args_of``,
+``Resolved.keys_for``) instead of by position, so no caller splices an index
+and a script's arguments change in one place.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
@@ -54,7 +61,16 @@ class Script:
     or ``SCRIPT FLUSH``.
     """
 
-    def __init__(self, filename: str, *, prelude: bool = True) -> None:
+    def __init__(
+        self,
+        filename: str,
+        *,
+        prelude: bool = True,
+        keys: Sequence[str] = (),
+        args: Sequence[str] = (),
+        optional: Sequence[str] = (),
+        per_name: bool = False,
+    ) -> None:
         body = _read(filename)
         if prelude:
             shared = "\n".join(_read(p) for p in _preludes_for(body))
@@ -65,6 +81,36 @@ class Script:
         self.name = filename
         self.text = body
         self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+        #: The call spec: KEYS and ARGV names in order; ``optional`` ones may be
+        #: left out, and then so must every later one.
+        self.key_names = tuple(keys)
+        self.arg_names = tuple(args)
+        self.optional = frozenset(optional)
+        #: The spec is one name's KEYS and ARGV, repeated for each name of a
+        #: call (``keys_of_each``, ``args_of_each``): an operator script.
+        self.per_name = per_name
+        self._arg_set = frozenset(self.arg_names)
+
+    def keys_of(self, keys: Mapping[str, Any]) -> list[Any]:
+        """``KEYS`` in the script's order, from a mapping of name -> key (it may hold more)."""
+        return _in_order(self, self.key_names, keys)
+
+    def args_of(self, **args: Any) -> list[Any]:
+        """``ARGV`` in the script's order, by name; an unknown name is a ``TypeError``."""
+        known = self._arg_set.issuperset(args)
+        if known and len(args) == len(self.arg_names):  # the common case: every name given
+            return [args[name] for name in self.arg_names]
+        if not known:
+            raise TypeError(f"{self.name} takes no {sorted(set(args) - self._arg_set)}")
+        return _in_order(self, self.arg_names, args)
+
+    def keys_of_each(self, names: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """A ``per_name`` script's KEYS: each name's (``keys_of``), one name after another."""
+        return [key for keys in names for key in self.keys_of(keys)]
+
+    def args_of_each(self, names: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """A ``per_name`` script's ARGV: each name's (``args_of``), one name after another."""
+        return [arg for args in names for arg in self.args_of(**args)]
 
     def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run it through redis-py's public path (``Redis.evalsha``, so
@@ -97,18 +143,59 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
 
-LOCK_ACQUIRE = Script("lock_acquire.lua")
-LOCK_RELEASE = Script("lock_release.lua")
-LOCK_EXTEND = Script("lock_extend.lua")
-QUEUE_CANCEL = Script("queue_cancel.lua")
-LOCK_CANCEL = Script("lock_cancel.lua")
-SEMAPHORE_ACQUIRE = Script("semaphore_acquire.lua")
-SEMAPHORE_RELEASE = Script("semaphore_release.lua")
-RWLOCK_ACQUIRE = Script("rwlock_acquire.lua")
-RWLOCK_RELEASE = Script("rwlock_release.lua")
-PERMIT_EXTEND = Script("permit_extend.lua")
-PERMIT_DESCRIBE = Script("permit_describe.lua")
-PERMIT_CLEAR = Script("permit_clear.lua")
-REDLOCK_FENCE = Script("redlock_fence.lua")
-CLEAR_LOCK = Script("clear_lock.lua")
-INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False)
+def _in_order(script: Script, names: tuple[str, ...], given: Mapping[str, Any]) -> list[Any]:
+    """``given`` as a list in ``names``' order, stopping at the first absent optional name."""
+    out = []
+    for name in names:
+        if name in given:
+            out.append(given[name])
+        elif name in script.optional:
+            break
+        else:
+            raise TypeError(f"{script.name} needs {name!r}")
+    return out
+
+
+#: The Lock scripts' keys (``Lock.parts``); stats is left out when counting is off.
+_LOCK_KEYS = ("lock", "fence", "queue", "deadlines", "stats")
+_RELEASE_KEYS = ("lock", "queue", "deadlines", "fence", "stats")
+
+LOCK_ACQUIRE = Script(
+    "lock_acquire.lua",
+    keys=_LOCK_KEYS,
+    args=("token", "lease_ms", "mode", "holder", "since_ms", "waiter_ttl_ms", "stats_ttl_ms",
+          "waited_ms"),
+    optional=("fence", "queue", "deadlines", "stats", "waited_ms"),
+)  # fmt: skip
+LOCK_RELEASE = Script(
+    "lock_release.lua",
+    keys=_RELEASE_KEYS,
+    args=("token", "stats_ttl_ms"),
+    optional=("queue", "deadlines", "fence", "stats", "stats_ttl_ms"),
+)
+LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
+QUEUE_CANCEL = Script("queue_cancel.lua", keys=("queue", "deadlines"), args=("token", "sigprefix"))
+LOCK_CANCEL = Script(
+    "lock_cancel.lua",
+    keys=_RELEASE_KEYS,
+    args=("token", "stats_ttl_ms"),
+    optional=("queue", "deadlines", "fence", "stats", "stats_ttl_ms"),
+)
+#: The permit scripts' keys (``PermitBase.roles``, the same for every permit primitive).
+_PERMIT_KEYS = ("holders", "fence", "queue", "deadlines")
+_PERMIT_ACQUIRE_ARGS = ("who", "lease_ms", "wait_ms")
+SEMAPHORE_ACQUIRE = Script("semaphore_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_ACQUIRE_ARGS)
+RWLOCK_ACQUIRE = Script("rwlock_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_ACQUIRE_ARGS)
+PERMIT_RELEASE = Script(
+    "permit_release.lua", keys=("holders", "queue", "deadlines"), args=("member",)
+)
+PERMIT_EXTEND = Script("permit_extend.lua", keys=("holders",), args=("token", "lease_ms"))
+PERMIT_DESCRIBE = Script("permit_describe.lua", keys=("holders", "queue"))
+PERMIT_CLEAR = Script(
+    "permit_clear.lua", keys=("holders", "queue", "deadlines"), args=("sigprefix",)
+)
+REDLOCK_FENCE = Script("redlock_fence.lua", keys=("lock", "fence"), args=("token", "fencing_token"))
+CLEAR_LOCK = Script(
+    "clear_lock.lua", keys=("lock", "queue", "deadlines"), args=("sigprefix",), per_name=True
+)
+INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False, keys=("lock",), per_name=True)

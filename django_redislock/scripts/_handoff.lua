@@ -11,8 +11,7 @@
 -- An entry without grant_ms (an older client) is woken to take the lock itself.
 
 -- Free `lock`, or hand it to the first live waiter; counts the handoff.
-local function pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, fence_ttl_ms,
-                       stats_ttl_ms)
+local function pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, stats_ttl_ms)
   local now_ms, now_us = server_time()
   local head, deadline, entry = queue_head(queue, deadlines, now_ms)
   if not head then
@@ -29,7 +28,7 @@ local function pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, fenc
   local arrived_us = tonumber(redis.call('ZSCORE', queue, head))
   redis.call('ZREM', queue, head)
   redis.call('HDEL', deadlines, head)
-  local fence = next_fence(fence_key, tonumber(fence_ttl_ms))
+  local fence = next_fence(fence_key)
   local waiters = redis.call('EXISTS', queue)
   redis.call('SET', lock, lock_value(head, waiters, 1, fence, grant_ms, now_ms, holder),
     'PX', grant_ms)

@@ -18,3 +18,18 @@ end
 local function parse_lock(value)
   return string.match(value, '^(%x+):(%d):(%d+):(%d+):(%d+):(%d+):(.*)$')
 end
+
+-- The prefix of a Lock's per-waiter signal lists, from its lock key: the keys
+-- are '<prefix>:{<name>}:lock' and '<prefix>:{<name>}:signal:<token>', so
+-- they share a Redis Cluster slot (backend.key).
+local function signal_prefix(lock)
+  return string.sub(lock, 1, -5) .. 'signal:'
+end
+
+-- A Lock's other keys, named after its lock key ('<prefix>:{<name>}:lock'):
+-- fence, queue, deadlines, stats (backend.key; one Redis Cluster slot). A
+-- Lock passes only its lock key; Redlock passes its own keys, used as given.
+local function lock_keys(lock)
+  local base = string.sub(lock, 1, -5)
+  return base .. 'fence', base .. 'queue', base .. 'deadlines', base .. 'stats'
+end

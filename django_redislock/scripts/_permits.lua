@@ -3,20 +3,48 @@
 -- Their holders live in one ZSET, the primitive's main key, which exists
 -- exactly while it is held:
 --   member  "<token>:<fence>:<limit>:<since_ms>:<holder>"
---   score   server ms at which that holder's lease ends
+--   score   server ms at which that holder's lease ends; +inf for a sole holder
+--           taken on the fast path, whose lease is the key's TTL (see settle)
 -- token    unguessable hex; a ReadWriteLock prefixes it with 'r' or 'w'
 -- limit    a Semaphore's limit (every holder carries it), 0 for a ReadWriteLock
 -- since_ms and holder (host:pid:thread, may contain ':') are for display only.
 -- The key's TTL reaches the latest lease end, so a name whose holders all
--- died leaves nothing behind.
+-- died leaves nothing behind. While one holder is left, the TTL is exactly its
+-- lease end (as a Lock's key is its lease): every script that leaves a single
+-- holder pins it (pin_ttl), so a sole holder's release needs no clock (a key
+-- that is still there holds a live lease).
+
+-- How long a name's fencing counter lives after it is (re)created (see next_fence).
+local FENCE_MEMORY_MS = 10000
+
+-- The prefix of the per-waiter signal lists, '<prefix>:{<name>}:signal:', from
+-- any key of the name (names are encoded without '}', so the last '}:' ends it).
+local function signal_prefix(key)
+  return string.match(key, '^(.*}:)') .. 'signal:'
+end
+
+-- An acquire's "<token>:<tail>" (the member without its fence): token, tail.
+local function split_who(who)
+  local cut = string.find(who, ':', 1, true)
+  return string.sub(who, 1, cut - 1), string.sub(who, cut + 1)
+end
+
+-- The caller's limit and holder description, from the member's tail
+-- ("<limit>:<since_ms>:<holder>").
+local function tail_limit(tail)
+  return tonumber(string.match(tail, '^(%d+):'))
+end
+
+local function tail_holder(tail)
+  return string.match(tail, '^%d+:%d+:(.*)$')
+end
 
 -- How many queued readers one release (or arrival) wakes at most; the rest
 -- are woken by later releases or their own bounded wait.
 local READER_BATCH = 32
 
-local function holder_member(token, fence, limit, since, holder)
-  return token .. ':' .. string.format('%.0f', fence) .. ':' .. limit .. ':' .. since .. ':'
-    .. holder
+local function holder_member(token, fence, tail)
+  return token .. ':' .. string.format('%.0f', fence) .. ':' .. tail
 end
 
 -- The limit a holder member carries.
@@ -48,22 +76,53 @@ local function add_holder(set, member, lease_ms, now_ms, fresh)
 end
 
 -- Renew a holder's lease; false when it is not (or no longer) a live holder.
+-- A sole holder's TTL follows its lease down as well as up.
 local function renew_holder(set, member, lease_ms, now_ms)
   local ends = redis.call('ZSCORE', set, member)
+  if ends == 'inf' then -- alone and unwaited for (see settle): the TTL is its lease
+    redis.call('PEXPIRE', set, lease_ms)
+    return true
+  end
   if (not ends) or tonumber(ends) <= now_ms then
     return false
   end
   redis.call('ZADD', set, 'XX', now_ms + lease_ms, member)
-  if redis.call('PTTL', set) < lease_ms then
+  if redis.call('PTTL', set) < lease_ms or redis.call('ZCARD', set) == 1 then
     redis.call('PEXPIRE', set, lease_ms)
   end
   return true
 end
 
--- Drop the holders whose lease ended, then this one; true when its lease was live.
-local function remove_holder(set, member, now_ms)
-  redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
-  return redis.call('ZREM', set, member) == 1
+-- Make the key expire when its only holder's lease ends; called (with one
+-- holder left) wherever a script may have left it behind a longer TTL.
+local function pin_ttl(set)
+  local only = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  if only[2] and only[2] ~= 'inf' then
+    redis.call('PEXPIREAT', set, only[2])
+  end
+end
+
+-- The fast acquire reads no clock: it scores its sole holder +inf and sets the
+-- key's TTL to the lease. Only a holder that is alone, with nobody queued, is
+-- ever scored +inf, so its release can skip both checks. Every acquire that
+-- finds one holder (before it joins it, queues behind it or reads its score)
+-- writes that lease end out as a score, from the TTL.
+local function settle(set, now_ms)
+  local only = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  if only[2] == 'inf' then
+    redis.call('ZADD', set, 'XX', now_ms + redis.call('PTTL', set), only[1])
+  end
+end
+
+-- Drop the holders whose lease ended; how many are left. changed: the caller
+-- removed a holder itself, so the TTL may need pinning even if none ended.
+local function prune(set, now_ms, changed)
+  local dropped = redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
+  local count = redis.call('ZCARD', set)
+  if count == 1 and (changed or dropped > 0) then
+    pin_ttl(set)
+  end
+  return count
 end
 
 -- Up to n live waiters from the front of the queue, dropping dead ones.

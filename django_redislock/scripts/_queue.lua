@@ -83,13 +83,17 @@ end
 -- Fencing tokens never go backwards, even when Redis restarted empty: the
 -- counter starts from the server clock in µs whenever it is (re)created, and
 -- it is forgotten only FENCE_MEMORY after it was created, long after the clock
--- has passed any value it reached. The common case is one INCR.
+-- has passed any value it reached. The common case is one INCR. fence_ttl_ms
+-- defaults to FENCE_MEMORY_MS (scripts that still pass it get what they pass).
+local FENCE_MEMORY_MS = 10000
+
 local function next_fence(fence_key, fence_ttl_ms)
   local fence = redis.call('INCR', fence_key)
   if fence == 1 then
     local _, now_us = server_time()
     fence = now_us
-    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', fence_ttl_ms)
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX',
+      fence_ttl_ms or FENCE_MEMORY_MS)
   end
   return fence
 end

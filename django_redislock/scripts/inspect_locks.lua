@@ -1,5 +1,6 @@
 -- Read many Locks at once for operators (manage.py locks, the admin dashboard).
--- KEYS[i]  lock key of the i-th name
+-- Per name: KEYS[i] is the lock key of the i-th name.
+-- KEYS[1] lock
 -- Returns {value_1 or false, pttl_1, value_2 or false, pttl_2, ...}.
 -- Callers send at most a few hundred keys per call: two O(1) reads per key keep
 -- one call well under a millisecond, so it never blocks the server noticeably.

@@ -1,22 +1,25 @@
 -- Acquire a Lock, fairly, in one round trip.
--- KEYS[1] lock      STRING the holder's value (see _lock_value.lua), with the lease as TTL
--- KEYS[2] fence     STRING fencing counter of this name
--- KEYS[3] queue     ZSET   waiters in arrival order
--- KEYS[4] deadlines HASH   waiter token -> presumed-dead time
+-- KEYS[1] lock       STRING the holder's value (see _lock_value.lua), with the lease as TTL
+-- KEYS[2] fence      STRING fencing counter of this name; optional: derived from the lock key when left out
+-- KEYS[3] queue      ZSET   waiters in arrival order; optional, as fence
+-- KEYS[4] deadlines  HASH   waiter token -> presumed-dead time; optional, as fence
+-- KEYS[5] stats      HASH   usage counters (_stats.lua); optional, as fence
 -- ARGV[1] token          the would-be holder's unguessable hex token
 -- ARGV[2] lease_ms       lease to set
 -- ARGV[3] mode           "try": no queueing; "wait": queue on failure; "nest": reentrant re-acquire
 --                        (a "try" or "wait" attempt for a token that holds the lock already is
 --                        answered as held: sending it again after a lost reply is safe)
--- ARGV[4] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
--- ARGV[5] sigprefix      prefix of the per-waiter signal lists
--- ARGV[6] holder         description of the holder (host:pid:thread) for operators
--- ARGV[7] fence_ttl_ms   how long a fencing counter lives after it is (re)created
--- ARGV[8] since_ms       the holder's wall clock, for display only (never for ordering)
--- KEYS[5] stats     HASH   usage counters (_stats.lua); optional
--- ARGV[9] stats_ttl_ms   how long counters outlive their last update; 0: counting off
--- ARGV[10] waited_ms     -1 on a call's first attempt, else ms it has waited so far
--- ARGV[11] grant_ms      first lease of a handoff to this waiter (_handoff.lua)
+-- ARGV[4] holder         description of the holder (host:pid:thread) for operators
+-- ARGV[5] since_ms       the holder's wall clock, for display only (never for ordering)
+-- ARGV[6] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
+-- ARGV[7] stats_ttl_ms   how long counters outlive their last update; 0: counting off
+-- ARGV[8] waited_ms      ms this call has waited so far; optional, left out on its first attempt
+-- A waiter's handoff grant (_handoff.lua) is min(lease_ms, waiter_ttl_ms): no
+-- longer than a dead waiter would block the queue anyway. The signal lists
+-- are the lock key with its final 'lock' replaced by 'signal:' and a token.
+-- A Lock sends only KEYS[1]: its other keys share its name (lock_keys in
+-- _lock_value.lua, written out below), which saves the client encoding four
+-- keys per call; Redlock sends its four (and no stats).
 -- Returns one integer: the fencing token (> 0) when held; 0 when a reentrant
 -- acquire finds the lock no longer ours; -1 - retry_hint_ms when refused.
 --
@@ -24,9 +27,13 @@
 -- out in full (next_fence and count_acquire inlined): it runs before the
 -- preludes, so it pays for none of their closures, and it is most of the
 -- server time of an uncontended lock.
-local lock, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local lock, fence_key, queue, deadlines, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if not fence_key then  -- lock_keys, inlined: the preludes come later
+  local base = string.sub(lock, 1, -5)
+  fence_key, queue, deadlines, stats =
+    base .. 'fence', base .. 'queue', base .. 'deadlines', base .. 'stats'
+end
 local token, lease, mode = ARGV[1], ARGV[2], ARGV[3]
-local sigprefix = ARGV[5]
 
 local queue_empty = mode ~= 'nest' and redis.call('EXISTS', queue) == 0
 local fence
@@ -35,17 +42,17 @@ if queue_empty then
   if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
     local t = redis.call('TIME')
     fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
-    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', ARGV[7])
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
   end
   if redis.call('SET', lock,
-      token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[8] .. ':'
-        .. ARGV[6], 'NX', 'PX', lease) then
-    if KEYS[5] and ARGV[9] and ARGV[9] ~= '0' then  -- count_acquire (Redlock passes no stats)
-      if redis.call('HINCRBY', KEYS[5], 'acquired', 1) % 64 == 1 then
-        redis.call('PEXPIRE', KEYS[5], ARGV[9])
+      token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[5] .. ':'
+        .. ARGV[4], 'NX', 'PX', lease) then
+    if stats and ARGV[7] ~= '0' then  -- count_acquire (Redlock passes no stats)
+      if redis.call('HINCRBY', stats, 'acquired', 1) % 64 == 1 then
+        redis.call('PEXPIRE', stats, ARGV[7])
       end
-      if tonumber(ARGV[10]) > 0 then
-        redis.call('HINCRBY', KEYS[5], 'wait_ms', ARGV[10])
+      if ARGV[8] and tonumber(ARGV[8]) > 0 then
+        redis.call('HINCRBY', stats, 'wait_ms', ARGV[8])
       end
     end
     return fence
@@ -54,13 +61,16 @@ end
 
 -- @preludes
 
+local sigprefix = signal_prefix(lock)
+local waited_ms = ARGV[8] or '-1'
+
 local function acquired(fence)
-  count_acquire(KEYS[5], ARGV[9], ARGV[10])
+  count_acquire(stats, ARGV[7], waited_ms)
   return fence
 end
 
 local function refused(hint)
-  count_contention(KEYS[5], ARGV[9], ARGV[10])
+  count_contention(stats, ARGV[7], waited_ms)
   return -1 - math.max(hint, 0)
 end
 
@@ -86,8 +96,9 @@ end
 -- whose first lease ran out (the lock is not ours) must not be taken later.
 local function wait_in_line(now_ms, now_us)
   redis.call('DEL', sigprefix .. token)
-  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]),
-    ':' .. (ARGV[11] or '0') .. ':' .. ARGV[6])
+  local waiter_ttl = tonumber(ARGV[6])
+  enqueue(queue, deadlines, token, now_ms, now_us, waiter_ttl,
+    ':' .. math.min(tonumber(lease), waiter_ttl) .. ':' .. ARGV[4])
 end
 
 if mode == 'nest' then
@@ -134,9 +145,9 @@ else
     if head then
       dequeue(queue, deadlines, sigprefix, token)
     end
-    local fence = next_fence(fence_key, tonumber(ARGV[7]))
+    local fence = next_fence(fence_key)
     local waiters = redis.call('EXISTS', queue)
-    redis.call('SET', lock, lock_value(token, waiters, 1, fence, lease, ARGV[8], ARGV[6]),
+    redis.call('SET', lock, lock_value(token, waiters, 1, fence, lease, ARGV[5], ARGV[4]),
       'PX', lease)
     return acquired(fence)
   end

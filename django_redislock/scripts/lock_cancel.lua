@@ -1,11 +1,20 @@
 -- A Lock waiter gives up: leave the queue, and pass on what it may have been
 -- given in the meantime: a wake-up (when it was first in line) or the lock
 -- itself (a handoff it has not taken yet, _handoff.lua).
--- KEYS[1] lock, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] fence, KEYS[5] stats
--- ARGV[1] token, ARGV[2] sigprefix, ARGV[3] fence_ttl_ms, ARGV[4] stats_ttl_ms
+-- KEYS[1] lock       STRING the holder's value (_lock_value.lua)
+-- KEYS[2] queue      ZSET   waiters in arrival order; optional: derived from the lock key when left out
+-- KEYS[3] deadlines  HASH   waiter token -> presumed-dead time; optional, as queue
+-- KEYS[4] fence      STRING fencing counter of this name; optional, as queue
+-- KEYS[5] stats      HASH   usage counters (_stats.lua); optional, as queue
+-- ARGV[1] token          the waiter's token
+-- ARGV[2] stats_ttl_ms   how long counters outlive their last update; optional, 0: off
+-- Signal lists are KEYS[1] with its final 'lock' replaced by 'signal:' and a token.
 -- Returns 1 when the waiter was queued, 2 when it had been handed the lock, else 0.
-local lock, queue, deadlines = KEYS[1], KEYS[2], KEYS[3]
-local token, sigprefix = ARGV[1], ARGV[2]
+local lock, queue, deadlines, fence_key, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+if not queue then
+  fence_key, queue, deadlines, stats = lock_keys(lock)
+end
+local token, sigprefix = ARGV[1], signal_prefix(lock)
 local was_head = redis.call('ZRANGE', queue, 0, 0)[1] == token
 if dequeue(queue, deadlines, sigprefix, token) then
   if was_head then
@@ -17,7 +26,7 @@ end
 local value = redis.call('GET', lock)
 if value and string.sub(value, 1, #token + 1) == token .. ':' then
   redis.call('DEL', sigprefix .. token)
-  pass_on(lock, queue, deadlines, KEYS[4], KEYS[5], sigprefix, ARGV[3], ARGV[4])
+  pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, ARGV[2])
   return 2
 end
 return 0

@@ -1,8 +1,14 @@
 -- Release one level of a Lock held by ARGV[1]; on the last, hand the lock to the
 -- first live waiter (_handoff.lua) or free it.
--- KEYS[1] lock, KEYS[2] queue, KEYS[3] deadlines, KEYS[4] fence, KEYS[5] stats
--- ARGV[1] token, ARGV[2] sigprefix, ARGV[3] fence_ttl_ms, ARGV[4] stats_ttl_ms
--- KEYS[2..5] and ARGV[2..4] are used only when the lock has waiters.
+-- KEYS[1] lock       STRING the holder's value (_lock_value.lua)
+-- KEYS[2] queue      ZSET   waiters in arrival order; optional: derived from the lock key when left out
+-- KEYS[3] deadlines  HASH   waiter token -> presumed-dead time; optional, as queue
+-- KEYS[4] fence      STRING fencing counter of this name; optional, as queue
+-- KEYS[5] stats      HASH   usage counters (_stats.lua); optional, as queue
+-- ARGV[1] token          the holder's token
+-- ARGV[2] stats_ttl_ms   how long counters outlive their last update; optional, 0: off
+-- KEYS[2..5] and ARGV[2] are used only when the lock has waiters. Signal lists
+-- are KEYS[1] with its final 'lock' replaced by 'signal:' and a token.
 -- Returns the remaining hold count (0 when released), or -1 when not the owner.
 local lock, token = KEYS[1], ARGV[1]
 local value = redis.call('GET', lock)
@@ -23,7 +29,11 @@ end
 -- @preludes
 
 if flags == '1:1:' then
-  pass_on(lock, KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[2], ARGV[3], ARGV[4])
+  local queue, deadlines, fence_key, stats = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+  if not queue then
+    fence_key, queue, deadlines, stats = lock_keys(lock)
+  end
+  pass_on(lock, queue, deadlines, fence_key, stats, signal_prefix(lock), ARGV[2])
   return 0
 end
 local owner, waiters, count, fence, lease, since, holder = parse_lock(value)

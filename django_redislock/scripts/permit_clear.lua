@@ -1,7 +1,9 @@
 -- Operator clear of a Semaphore or ReadWriteLock: drop every holder and wake
 -- the front of the queue so waiters re-check at once. Holders learn of it at
 -- their next renewal or release (LockLostError).
--- KEYS[1] the primitive's holder ZSET, KEYS[2] queue, KEYS[3] deadlines
+-- KEYS[1] holders   the primitive's holder ZSET
+-- KEYS[2] queue
+-- KEYS[3] deadlines
 -- ARGV[1] sigprefix
 -- Returns how many live holders were dropped.
 local now_ms = server_time()

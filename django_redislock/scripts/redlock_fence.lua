@@ -4,7 +4,7 @@
 -- KEYS[2] fence  STRING fencing counter of this name on this instance
 -- ARGV[1] token         the holder's token
 -- ARGV[2] fencing_token the holder's fencing token (the largest counter of its quorum)
--- ARGV[3] fence_ttl_ms  lifetime to give the counter when it has none
+-- A counter that has no lifetime gets FENCE_MEMORY_MS (_queue.lua).
 -- Returns 1 when the holder still holds the lock here (the counter is now at
 -- least ARGV[2]), 0 when it does not.
 local value = redis.call('GET', KEYS[1])
@@ -19,7 +19,7 @@ local current = tonumber(redis.call('GET', KEYS[2]) or '0')
 if current < tonumber(ARGV[2]) then
   local ttl = redis.call('PTTL', KEYS[2])
   if ttl <= 0 then
-    ttl = tonumber(ARGV[3])
+    ttl = FENCE_MEMORY_MS
   end
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)
 end

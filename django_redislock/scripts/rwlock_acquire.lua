@@ -1,31 +1,52 @@
 -- Take a ReadWriteLock for reading or writing, fairly, in one round trip.
--- KEYS[1] rwlock    ZSET   holders (see _permits.lua); exists while held
+-- KEYS[1] holders   ZSET   the rwlock (see _permits.lua); exists while held
 -- KEYS[2] fence     STRING fencing counter of this name
 -- KEYS[3] queue     ZSET   waiters in arrival order (server µs)
 -- KEYS[4] deadlines HASH   waiter token -> presumed-dead time
--- ARGV[1] token          'r' or 'w' (the mode) followed by an unguessable hex token
--- ARGV[2] lease_ms       lease to set
--- ARGV[3] mode           "try": no queueing; "wait": queue on refusal
--- ARGV[4] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
--- ARGV[5] sigprefix      prefix of the per-waiter signal lists
--- ARGV[6] holder         host:pid:thread, for operators
--- ARGV[7] fence_ttl_ms   how long a fencing counter lives after it is (re)created
--- ARGV[8] since_ms       the holder's wall clock, for display only
--- Returns {1, fence} when granted (the holder's member is
--- "<token>:<fence>:0:<since_ms>:<holder>"); {0, retry_hint_ms} when refused.
+-- ARGV[1] who       "<token>:0:<since_ms>:<holder>" (see semaphore_acquire.lua);
+--                   the token is 'r' or 'w' (the mode) then unguessable hex
+-- ARGV[2] lease_ms  lease to set
+-- ARGV[3] wait_ms   how long a queued waiter stays presumed alive without
+--                   re-checking; negative: never queue ("try")
+-- Returns the bare fence (> 0) when granted on the fast path, {1, fence} when
+-- granted otherwise (the holder's member is "<token>:<fence>:<tail>");
+-- {0, retry_hint_ms} when refused.
 -- An attempt for a token that holds it already is answered with that hold
 -- (sending it again after a lost reply is safe).
 --
 -- Holders are all readers or one writer; the first character of each token
 -- says which. A queued writer blocks readers that arrive after it, so a
 -- stream of readers cannot starve it.
+--
+-- Nobody holding and nobody waiting, the common case, comes first: the same
+-- four calls as a Semaphore's (see semaphore_acquire.lua).
 local set, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local token, lease, sigprefix = ARGV[1], tonumber(ARGV[2]), ARGV[5]
+if redis.call('EXISTS', set, queue) == 0 then
+  local fence = redis.call('INCR', fence_key)
+  if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
+    local time = redis.call('TIME')
+    fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
+  end
+  local cut = string.find(ARGV[1], ':', 1, true)
+  redis.call('ZADD', set, '+inf',
+    string.sub(ARGV[1], 1, cut) .. string.format('%.0f', fence) .. string.sub(ARGV[1], cut))
+  redis.call('PEXPIRE', set, ARGV[2])
+  return fence
+end
+
+-- @preludes
+
+local token, tail = split_who(ARGV[1])
+local lease, wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
+local sigprefix = signal_prefix(queue)
 local reading = string.sub(token, 1, 1) == 'r'
 
 local now_ms, now_us = server_time()
-redis.call('ZREMRANGEBYSCORE', set, '-inf', now_ms)
-local count = redis.call('ZCARD', set)
+local count = prune(set, now_ms)
+if count == 1 then
+  settle(set, now_ms)
+end
 if count > 0 then
   local mine = held_by(set, token)
   if mine then
@@ -74,16 +95,16 @@ if compatible and redis.call('EXISTS', queue) == 1 then
 end
 
 if compatible then
-  local fence = next_fence(fence_key, tonumber(ARGV[7]))
-  add_holder(set, holder_member(token, fence, 0, ARGV[8], ARGV[6]), lease, now_ms, count == 0)
+  local fence = next_fence(fence_key, FENCE_MEMORY_MS)
+  add_holder(set, holder_member(token, fence, tail), lease, now_ms, count == 0)
   return {1, fence}
 end
 
-local hint = tonumber(ARGV[4])
+local hint = math.abs(wait_ms)
 if count > 0 then
   hint = tonumber(redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]) - now_ms
 end
-if ARGV[3] == 'wait' then
-  enqueue(queue, deadlines, token, now_ms, now_us, tonumber(ARGV[4]), ':0:' .. ARGV[6])
+if wait_ms > 0 then
+  enqueue(queue, deadlines, token, now_ms, now_us, wait_ms, ':0:' .. tail_holder(tail))
 end
 return {0, hint}

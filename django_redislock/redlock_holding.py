@@ -1,0 +1,78 @@
+"""A ``Redlock`` holder's claim on a majority, renewed on every server at once.
+
+``RedlockHolding`` extends the lease on every server through ``fanout`` and
+reports the lock lost when a majority answers that it is not ours; the lease
+counts from before the first request, less the drift allowance (``quorum``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from . import fanout
+from .fanout import Servers
+from .holding import Holding
+from .quorum import drift, quorum, reply_timeout, too_few_error
+from .redlock_servers import lock_call
+from .scripts import LOCK_EXTEND, LOCK_RELEASE
+
+
+class RedlockHolding(Holding):
+    """A claim on a majority; renewing extends it on every server."""
+
+    __slots__ = ("candidate_fence", "drift", "redlock_keys", "servers")
+
+    def __init__(
+        self, *, servers: Servers, redlock_keys: list[str], candidate_fence: int, **kwargs: Any
+    ) -> None:
+        release = lock_call(LOCK_RELEASE, redlock_keys, kwargs["token"])
+        super().__init__(
+            renew_script=LOCK_EXTEND,
+            renew_keys=list(lock_call(LOCK_EXTEND, redlock_keys, kwargs["token"]).keys),
+            client=None,
+            fencing_token=None,
+            keys=list(release.keys),
+            **kwargs,
+        )
+        self.servers = servers
+        self.redlock_keys = redlock_keys
+        self.candidate_fence = candidate_fence
+        self.drift = drift(self.lease)
+        # The lease counts from before the first request, less the drift allowance.
+        self.lease_deadline -= self.drift
+
+    @property
+    def lock_key(self) -> str:
+        return self.redlock_keys[0]
+
+    @property
+    def fence_key(self) -> str:
+        return self.redlock_keys[1]
+
+    def extend_all(self, lease: float) -> bool:
+        """Extend on every server; ``True`` when a majority did so in time.
+
+        ``False`` when a majority answered that the lock is not ours (it is
+        lost); ``LockBackendError`` when too few answered to tell.
+        """
+        started = time.monotonic()
+        call = lock_call(LOCK_EXTEND, self.redlock_keys, self.token, lease_ms=int(lease * 1000))
+        timeout = reply_timeout(lease, drift(lease))
+        servers = self.servers
+        results = fanout.run_on_all(servers, call.script, call.keys, call.args, timeout=timeout)
+        extended = sum(1 for r in results if r == 1)
+        refused = sum(1 for r in results if r == 0)
+        needed = quorum(len(results))
+        if extended >= needed and time.monotonic() - started < lease - drift(lease):
+            self.lease = lease
+            self.lease_deadline = started + lease - drift(lease)
+            return True
+        if len(results) - refused < needed:
+            return False
+        raise too_few_error(self.name, results, "extend")
+
+    def renew(self) -> bool:
+        if not self.active:
+            return True
+        return self.extend_all(self.lease) or self.releasing

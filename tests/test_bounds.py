@@ -1,0 +1,130 @@
+"""How an acquire's commands are bounded by its budget (``bounds.py``); the
+behaviour on a paused server is in ``test_hangs.py``."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import threading
+import time
+
+import pytest
+import redis
+
+from django_redislock import bounds
+from django_redislock.protocol import Call
+
+
+@pytest.mark.parametrize(
+    "remaining", [-1.0, 0.0, 0.1, 0.5, 0.6, 1.0, 1.9, 2.0, 2.1, 5.0, 9.99, 3600]
+)
+def test_a_bucket_never_cuts_the_budget_short_and_overshoots_little(remaining: float) -> None:
+    seconds = bounds.bucket(remaining)
+    assert seconds >= max(remaining, bounds.FLOOR)
+    assert seconds <= max(bounds.FLOOR, remaining + bounds.GRAIN, remaining * 2 ** (1 / 8)) + 1e-9
+
+
+def test_few_buckets_serve_a_long_budget() -> None:
+    buckets = {bounds.bucket(tenth / 10) for tenth in range(600)}
+    # multiples of GRAIN up to FINE_UP_TO, then 8 per doubling
+    assert len(buckets) <= 7 + bounds.STEPS_PER_DOUBLING * math.ceil(math.log2(60 / 2))
+
+
+def test_a_client_whose_socket_timeout_is_short_enough_runs_as_it_is() -> None:
+    client = redis.Redis(socket_timeout=0.3)
+    assert bounds.Siblings().get(client, 5.0) is None
+
+
+@pytest.mark.parametrize("socket_timeout", [None, 30.0])
+def test_a_client_with_a_longer_socket_timeout_gets_a_cached_sibling(
+    socket_timeout: float | None,
+) -> None:
+    client = redis.Redis(port=1, socket_timeout=socket_timeout, db=3)
+    siblings = bounds.Siblings()
+    bound = siblings.get(client, 4.0)
+    assert bound is not None and bound.seconds == bounds.bucket(4.0)
+    sibling = bound.client
+    assert type(sibling) is type(client)
+    kwargs = sibling.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == bound.seconds
+    assert kwargs["socket_connect_timeout"] == bound.seconds
+    assert (kwargs["port"], kwargs["db"]) == (1, 3)
+    assert not kwargs["retry_on_timeout"]
+    # a timed-out command is never sent again (it would outlive the budget)
+    calls: list[int] = []
+
+    def times_out() -> None:
+        calls.append(1)
+        raise redis.TimeoutError("timed out")
+
+    with pytest.raises(redis.TimeoutError):
+        kwargs["retry"].call_with_retry(times_out, lambda error: None)
+    assert len(calls) == 1, "sent again"
+    assert siblings.get(client, 4.0 - 1e-6) is bound  # same bucket, same sibling
+
+
+def test_a_pool_without_a_plain_sibling_is_bounded_on_asyncio_only() -> None:
+    class CustomPool(redis.ConnectionPool):
+        pass
+
+    client = redis.Redis(connection_pool=CustomPool())
+    bound = bounds.Siblings().get(client, 1.0)
+    assert bound is not None and bound.client is None and bound.seconds == 1.0
+    assert bounds.own_socket_timeout(client) == math.inf
+
+
+def test_a_worker_answers_or_times_out_without_waiting_for_the_command() -> None:
+    workers = bounds.Workers()
+    assert workers.call(1.0, max, 2, 5) == 5
+    stuck = threading.Event()
+    try:
+        with pytest.raises(TimeoutError):
+            workers.call(0.05, stuck.wait, 30)
+    finally:
+        stuck.set()  # the hung command ends when Redis (here: the event) answers
+    with pytest.raises(ZeroDivisionError):  # the command's own error reaches the caller
+        workers.call(1.0, divmod, 1, 0)
+
+
+def test_the_janitor_sends_a_clean_up_only_after_the_abandoned_command_ended() -> None:
+    sent: list[str] = []
+    running = concurrent.futures.Future[None]()
+    janitor = bounds.Janitor()
+    cleanup = Call(lambda client, keys, args: sent.append("clean-up"), [], [])
+    janitor.submit(redis.Redis(port=1), cleanup, after=running)
+    assert not janitor.wait_idle(0.3)  # the abandoned command may still reach Redis
+    assert sent == []
+    running.set_result(None)
+    assert janitor.wait_idle(10)
+    assert sent == ["clean-up"]
+
+
+def test_a_forgotten_sibling_closes_its_connections(redis_url: str) -> None:
+    """New settings drop the siblings; their sockets are closed, not left to the
+    garbage collector (which may finalize a socket before its connection)."""
+    import gc
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=30)
+    probe = redis.Redis.from_url(redis_url)
+    try:
+        siblings = bounds.Siblings()
+        bound = siblings.get(client, 1.0)
+        assert bound is not None and bound.client is not None
+        bound.client.client_setname("forgotten-sibling")
+
+        def named() -> int:
+            return sum(c["name"] == "forgotten-sibling" for c in probe.client_list())
+
+        assert named() == 1
+        # the test keeps the pool: only the sibling's own clean-up can close it
+        pool = bound.client.connection_pool
+        del bound, siblings
+        gc.collect()
+        deadline = time.monotonic() + 5  # the server notices the close asynchronously
+        while named() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert named() == 0, "the forgotten sibling's connection is still open"
+        pool.disconnect()
+    finally:
+        client.close()
+        probe.close()

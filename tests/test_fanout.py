@@ -1,0 +1,92 @@
+"""``fanout.Servers``: one call per server at once, from a bounded pool of threads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import redis
+
+from django_redislock import fanout
+
+
+class Echo:
+    """A stand-in for a ``Script``: answers with its client after ``delay`` s."""
+
+    name = "echo"
+
+    def __init__(self, delay: float = 0.0, stalled: object = None) -> None:
+        self.delay = delay
+        self.stalled = stalled
+        self.release = threading.Event()
+
+    def __call__(self, client: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        if client is self.stalled:
+            self.release.wait(10)
+        time.sleep(self.delay)
+        if client == "refusing":
+            raise redis.ConnectionError("refused")
+        return (client, *args)
+
+
+def test_one_result_per_server_in_order_with_its_exception() -> None:
+    servers = fanout.Servers(["a", "refusing", "c"])
+    results = servers.run(Echo(), [], [1], timeout=1.0)
+    assert results[0] == ("a", 1)
+    assert isinstance(results[1], redis.ConnectionError)
+    assert results[2] == ("c", 1)
+    assert servers.run(Echo(), [], [2], timeout=1.0, only=[2]) == [None, None, ("c", 2)]
+
+
+def test_the_servers_are_called_at_once() -> None:
+    servers = fanout.Servers(["a", "b", "c", "d", "e"])
+    started = time.monotonic()
+    assert len(servers.run(Echo(delay=0.2), [], [], timeout=5.0)) == 5
+    assert time.monotonic() - started < 0.6  # not 5 x 0.2 s
+
+
+def test_a_stalled_server_times_out_alone() -> None:
+    script = Echo(stalled="b")
+    servers = fanout.Servers(["a", "b", "c"])
+    try:
+        started = time.monotonic()
+        results = servers.run(script, [], [], timeout=0.2)
+        assert time.monotonic() - started < 1.0
+        assert isinstance(results[1], redis.TimeoutError)
+        assert results[0] == ("a",) and results[2] == ("c",)
+        # the stalled worker is still busy: other workers serve the next call
+        assert servers.run(Echo(), [], [], timeout=1.0, only=[0, 2])[::2] == [("a",), ("c",)]
+    finally:
+        script.release.set()
+
+
+def test_many_callers_at_once_all_get_their_own_answers() -> None:
+    servers = fanout.Servers(["a", "b", "c"])
+    failures: list[BaseException] = []
+
+    def caller(n: int) -> None:
+        try:
+            for i in range(50):
+                assert servers.run(Echo(), [], [n, i], timeout=5.0) == [
+                    (c, n, i) for c in ("a", "b", "c")
+                ]
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=caller, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not failures
+
+
+def test_other_exceptions_reach_the_caller() -> None:
+    def broken(client: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        raise TypeError("a bug, not a Redis failure")
+
+    with pytest.raises(TypeError, match="a bug"):
+        fanout.Servers(["a", "b", "c"]).run(broken, [], [], timeout=1.0)  # type: ignore[arg-type]

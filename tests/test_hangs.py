@@ -1,0 +1,269 @@
+"""``blocking_timeout`` bounds an acquire even when Redis hangs mid-command.
+
+A private ``redis-server`` is paused with SIGSTOP while an acquire's command
+is on its way (docs/guarantees.md, "A Redis that stops answering"). The
+acquire must end within its budget plus ``bounds.FLOOR`` (and the scheduling
+slack of a busy machine), with ``LockBackendTimeout``; once the server is
+resumed, the attempt Redis ran after the client gave up is undone (a Lock's
+cancel script, sent by the janitor thread) or ends with its lease (a permit),
+and no queue entry is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from django.http import HttpResponse
+from django.test import RequestFactory, override_settings
+
+from django_redislock import (
+    AsyncLock,
+    AsyncReadWriteLock,
+    AsyncSemaphore,
+    Lock,
+    LockBackendError,
+    LockTimeout,
+    ReadWriteLock,
+    Semaphore,
+    backend,
+    bounds,
+    require_lock,
+)
+from django_redislock.exceptions import LockBackendTimeout
+from tests.holders import OtherThread
+from tests.servers import RedisServer
+from tests.settings import redis_cache
+
+pytestmark = [pytest.mark.faults, pytest.mark.usefixtures("real_redis")]
+
+BUDGET = 1.0
+#: The documented slack, and a busy 2-core machine's scheduling on top of it.
+LATE = bounds.FLOOR + 0.75
+LEASE = 2.0
+NAME = "hung"
+
+SYNC: dict[str, Callable[..., Any]] = {
+    "Lock": lambda **kw: Lock(NAME, timeout=LEASE, **kw),
+    "Semaphore": lambda **kw: Semaphore(NAME, 1, timeout=LEASE, **kw),
+    "ReadWriteLock": lambda **kw: ReadWriteLock(NAME, timeout=LEASE, **kw).write(),
+}
+ASYNC: dict[str, Callable[..., Any]] = {
+    "Lock": lambda **kw: AsyncLock(NAME, timeout=LEASE, **kw),
+    "Semaphore": lambda **kw: AsyncSemaphore(NAME, 1, timeout=LEASE, **kw),
+    "ReadWriteLock": lambda **kw: AsyncReadWriteLock(NAME, timeout=LEASE, **kw).write(),
+}
+#: Key parts (after ``redislock:{hung}:``) of each primitive's holder and queue.
+PARTS = {
+    "Lock": ("lock", "queue"),
+    "Semaphore": ("semaphore", "sem:queue"),
+    "ReadWriteLock": ("rwlock", "rw:queue"),
+}
+
+
+class Pausable:
+    """A private server that a test can freeze (SIGSTOP) and thaw (SIGCONT)."""
+
+    def __init__(self, server: RedisServer) -> None:
+        self.server = server
+        self.client = server.client()
+        assert server.process is not None
+        self.pid = server.process.pid
+        self.paused = False
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        if self.paused:
+            os.kill(self.pid, signal.SIGCONT)
+            self.paused = False
+
+    def key(self, part: str) -> str:
+        return f"redislock:{{{NAME}}}:{part}"
+
+
+@pytest.fixture
+def paused(redis_server_factory: Callable[..., RedisServer]) -> Iterator[Pausable]:
+    server = Pausable(redis_server_factory())
+    try:
+        yield server
+    finally:
+        server.resume()
+        assert bounds.janitor.wait_idle(15), "a clean-up was never delivered"
+        server.client.close()
+
+
+class OwnPool(redis.ConnectionPool):
+    """A pool class of the project's own: no sibling client, a worker thread instead."""
+
+
+def settings_for(server: Pausable, socket_timeout: float | None, *, own_pool: bool = False) -> Any:
+    options: dict[str, object] = {
+        "SOCKET_TIMEOUT": socket_timeout,
+        "SOCKET_CONNECT_TIMEOUT": socket_timeout,
+    }
+    if own_pool:
+        options["CONNECTION_POOL_CLASS"] = f"{__name__}.OwnPool"
+    return override_settings(CACHES={"default": redis_cache(server.server.url, **options)})
+
+
+def assert_on_time(started: float, error: BaseException) -> None:
+    elapsed = time.monotonic() - started
+    assert BUDGET - 0.05 <= elapsed <= BUDGET + LATE, elapsed
+    assert isinstance(error, LockBackendTimeout)
+    assert isinstance(error, LockTimeout) and isinstance(error, LockBackendError)
+    assert error.name == NAME and error.retry_after is None
+    cause = error.__cause__
+    assert isinstance(cause, redis.TimeoutError)
+    assert isinstance(cause.__cause__, redis.TimeoutError | TimeoutError | asyncio.TimeoutError)
+
+
+def assert_nothing_left(server: Pausable, kind: str) -> None:
+    """After the resume: the late attempt is undone or ends with its lease; no waiter is queued."""
+    assert bounds.janitor.wait_idle(15), "a clean-up was never delivered"
+    holders, queue = PARTS[kind]
+    assert server.client.zcard(server.key(queue)) == 0
+    ttl = server.client.pttl(server.key(holders))
+    if kind == "Lock":
+        assert ttl == -2, "the lock granted after the client gave up was not passed on"
+    else:  # a permit granted late is no one's: it ends with its lease
+        assert ttl == -2 or 0 < ttl <= LEASE * 1000
+
+
+@pytest.mark.parametrize(
+    ("socket_timeout", "own_pool"),
+    [(None, False), (30.0, False), (None, True)],
+    ids=["no-socket-timeout", "30s", "own-pool-class"],
+)
+@pytest.mark.parametrize("kind", list(SYNC))
+def test_acquire_on_a_paused_redis_ends_at_its_blocking_timeout(
+    paused: Pausable, kind: str, socket_timeout: float | None, own_pool: bool
+) -> None:
+    with settings_for(paused, socket_timeout, own_pool=own_pool):
+        if own_pool:
+            assert type(backend.get_client("default").connection_pool) is OwnPool
+        warm = SYNC[kind](blocking_timeout=BUDGET)
+        assert warm.acquire()  # a pooled connection for this budget, the scripts loaded
+        warm.release()
+        fence_before = paused.client.get(paused.key("fence")) if kind == "Lock" else None
+        paused.pause()
+        started = time.monotonic()
+        with pytest.raises(LockBackendTimeout) as info:
+            SYNC[kind](blocking_timeout=BUDGET).acquire()
+        assert_on_time(started, info.value)
+        started = time.monotonic()
+        with pytest.raises(LockTimeout) as timeout, SYNC[kind](blocking_timeout=BUDGET):
+            pytest.fail("acquired on a paused server")
+        assert_on_time(started, timeout.value)
+        paused.resume()
+        assert_nothing_left(paused, kind)
+        if kind == "Lock":  # the first late attempt (on a pooled connection) did run
+            assert int(paused.client.get(paused.key("fence"))) > int(fence_before)
+        again = SYNC[kind](blocking_timeout=LEASE + 3)
+        assert again.acquire()
+        again.release()
+
+
+@pytest.mark.parametrize("path", ["native", "fallback"])
+@pytest.mark.parametrize("kind", list(ASYNC))
+def test_async_acquire_on_a_paused_redis_ends_at_its_blocking_timeout(
+    paused: Pausable, kind: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if path == "fallback":  # no asyncio mirror (Sentinel, Cluster): a worker thread
+        monkeypatch.setattr("django_redislock.async_clients.get_async_client", lambda c: None)
+
+    async def main() -> None:
+        warm = ASYNC[kind](blocking_timeout=BUDGET)
+        assert await warm.acquire()
+        await warm.release()
+        paused.pause()
+        started = time.monotonic()
+        with pytest.raises(LockBackendTimeout) as info:
+            await ASYNC[kind](blocking_timeout=BUDGET).acquire()
+        assert_on_time(started, info.value)
+        started = time.monotonic()
+        with pytest.raises(LockTimeout) as timeout:
+            async with ASYNC[kind](blocking_timeout=BUDGET):
+                pytest.fail("acquired on a paused server")
+        assert_on_time(started, timeout.value)
+        paused.resume()
+        await asyncio.to_thread(assert_nothing_left, paused, kind)
+        again = ASYNC[kind](blocking_timeout=LEASE + 3)
+        assert await again.acquire()
+        await again.release()
+
+    with settings_for(paused, None):
+        asyncio.run(main())
+
+
+def test_require_lock_on_a_paused_redis_answers_503_at_its_blocking_timeout(
+    paused: Pausable,
+) -> None:
+    @require_lock("view:{pk}", blocking_timeout=BUDGET)
+    def view(request: Any, pk: int) -> HttpResponse:
+        return HttpResponse("ran")
+
+    with settings_for(paused, None):
+        assert view(RequestFactory().get("/"), pk=1).status_code == 200
+        paused.pause()
+        started = time.monotonic()
+        response = view(RequestFactory().get("/"), pk=1)
+        elapsed = time.monotonic() - started
+        paused.resume()
+    assert response.status_code == 503
+    assert elapsed <= BUDGET + LATE, elapsed
+
+
+def _pause_once_queued(server: Pausable, kind: str) -> threading.Thread:
+    """Pause the server as soon as a waiter is queued (it is then in its BLPOP)."""
+
+    def watch() -> None:
+        deadline = time.monotonic() + 10
+        while server.client.zcard(server.key(PARTS[kind][1])) == 0:
+            assert time.monotonic() < deadline, "the waiter never queued"
+            time.sleep(0.005)
+        server.pause()
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "sync-own-pool-class"])
+@pytest.mark.parametrize("kind", list(SYNC))
+def test_a_waiter_on_a_redis_paused_mid_wait_ends_at_its_blocking_timeout(
+    paused: Pausable, kind: str, mode: str
+) -> None:
+    asynchronous = mode == "async"
+    holder_thread = OtherThread()
+    with settings_for(paused, None, own_pool=mode.endswith("own-pool-class")):
+        holder = SYNC[kind]()
+        try:
+            assert holder_thread(holder.acquire, blocking=False)
+            pauser = _pause_once_queued(paused, kind)
+            started = time.monotonic()
+            with pytest.raises(LockBackendTimeout) as info:
+                if asynchronous:
+                    asyncio.run(ASYNC[kind](blocking_timeout=BUDGET).acquire())
+                else:
+                    SYNC[kind](blocking_timeout=BUDGET).acquire()
+            pauser.join(1)
+            assert paused.paused, "the server was not paused while the waiter waited"
+            assert_on_time(started, info.value)
+            paused.resume()
+            assert bounds.janitor.wait_idle(15)
+            assert paused.client.zcard(paused.key(PARTS[kind][1])) == 0, "the waiter stayed queued"
+            holder_thread(holder.release)
+        finally:
+            paused.resume()
+            holder_thread.close()
+        assert paused.client.pttl(paused.key(PARTS[kind][0])) == -2
