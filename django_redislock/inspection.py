@@ -15,7 +15,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from . import backend
+from . import backend, counters
 from .state import HolderInfo, LockState, as_text, parse_holders, parse_lock_value, parse_member
 
 
@@ -329,7 +329,13 @@ def clear(client: Any, prefix: str, name: str) -> int:
 
 
 def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]]:
-    """The usage counters of each name (empty when counting is off or the name is idle)."""
+    """The usage counters of each name (empty when counting is off or the name is idle).
+
+    This process's own pending counts are written first (``counters.flush``),
+    so what it did itself is never missing; other processes' counts may be up
+    to ``counters.FLUSH_SECONDS`` behind.
+    """
+    counters.flush()
     pipe = client.pipeline(transaction=False)
     for name in names:
         pipe.hgetall(backend.key(prefix, name, "stats"))
@@ -339,7 +345,7 @@ def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]
     ]
 
 
-#: Counters kept per name by the acquire scripts (see ``scripts/_stats.lua``).
+#: Counters kept per name (see ``scripts/_stats.lua`` and ``counters.py``).
 STAT_FIELDS = ("acquired", "contended", "lost", "wait_ms")
 
 

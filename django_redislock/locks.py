@@ -22,7 +22,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from . import backend, drivers, protocol
+from . import backend, counters, drivers, protocol
 from .base import WAITER_GRACE_MS, Primitive, Resolved, SyncPrimitive
 from .holders import Handle, Registry, thread_registry
 from .holding import Holding, current_pid, holder_description, new_token
@@ -172,7 +172,7 @@ class LockBase(Handle, Primitive):
         release = Call(
             LOCK_RELEASE,
             resolved.keys_for(LOCK_RELEASE),
-            LOCK_RELEASE.args_of(token=token, stats_ttl_ms=settings.stats_ttl_ms),
+            LOCK_RELEASE.args_of(token=token),
         )
         # The cancel script leaves the queue and passes on a lock the attempt
         # was granted or handed: the clean-up after an interruption, too.
@@ -217,7 +217,7 @@ class LockBase(Handle, Primitive):
         grant: float,
         begun: float,
     ) -> None:
-        """Bookkeeping of a new hold: registry, watchdog, ``lock_acquired``."""
+        """Bookkeeping of a new hold: registry, watchdog, counters, ``lock_acquired``."""
         if outcome.status == HANDED:  # a short first lease, which the watchdog renews soon
             holding.lease_deadline = outcome.started + grant
         self._took(hold_key, holding)
@@ -225,6 +225,10 @@ class LockBase(Handle, Primitive):
             watchdog.watch(holding)
         # a handoff came after `started` (see protocol.acquire); the wait ended now
         ended = time.monotonic() if outcome.status == HANDED else outcome.started
+        if resolved.stats_key is not None:
+            counters.acquired(
+                resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, ended - begun
+            )
         self._announce_acquired(ended - begun, outcome.value)
 
     # holders: see ``holders.py`` ------------------------------------------------------

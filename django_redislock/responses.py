@@ -26,7 +26,7 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase, JsonResponse
 
-from . import backend
+from . import backend, counters
 from .conf import get_settings
 from .exceptions import LockBackendError, LockTimeout
 
@@ -147,15 +147,22 @@ def retry_after(error: LockTimeout, *, timeout: float | None, using: str | None)
 
 def _history(name: str, using: str | None) -> tuple[float | None, int]:
     """The average wait in seconds per contended acquire (``None`` when never
-    waited for) and the number of waiters queued now: one round trip."""
+    waited for) and the number of waiters queued now: one round trip.
+
+    ``wait_ms`` is written batched (``counters.py``): this process's own
+    waits not written yet are added from its tally, other processes' may be
+    up to a second behind.
+    """
     settings = get_settings()
     alias = using or settings.cache
     client, prefix = backend.get_client(alias), backend.namespace(alias, settings.key_prefix)
+    stats_key = backend.key(prefix, name, "stats")
     pipe = client.pipeline(transaction=False)
-    pipe.hmget(backend.key(prefix, name, "stats"), ["contended", "wait_ms"])
+    pipe.hmget(stats_key, ["contended", "wait_ms"])
     pipe.zcard(backend.key(prefix, name, "queue"))
     (contended, wait_ms), queued = pipe.execute()
-    contended, wait_ms = int(contended or 0), int(wait_ms or 0)
+    contended = int(contended or 0)
+    wait_ms = int(wait_ms or 0) + counters.pending(client, stats_key.encode())[1]
     if not contended or not wait_ms:
         return None, int(queued)
     return wait_ms / contended / 1000.0, int(queued)

@@ -204,11 +204,16 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 def _flush_redis(_redis_settings: str) -> Iterator[None]:
     from django.apps import apps
 
+    from django_redislock import counters
+
     # the per-minute history a previous test left unwritten must not land in this one's
     # Redis, nor a flush in its command counts: tests that want it call flush()
     recorder = apps.get_app_config("django_redislock").hot_recorder
     recorder.reset()
     recorder.background = False
+    # the same for a Lock's batched counters (counters.py)
+    counters.TALLY.reset()
+    counters.TALLY.background = False
     client = redis.Redis.from_url(_redis_settings)
     client.flushall()
     yield

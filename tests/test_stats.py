@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -11,24 +15,27 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_redislock import Lock, LockLostError
+from django_redislock import AsyncLock, Lock, LockLostError, counters
 from django_redislock.inspection import stats
 from tests.holders import OtherThread
+from tests.procs import worker_env
+from tests.servers import free_port
 
 STATS_KEY = "redislock:{%s}:stats"
 
 
-def counters(client: redis.Redis, name: str) -> dict[str, int]:
+def counters_of(client: redis.Redis, name: str) -> dict[str, int]:
+    """The name's counters, as ``manage.py locks`` reads them (this process's flushed first)."""
     return stats(client, "redislock", [name])[0]
 
 
-def test_acquisitions_are_counted_in_the_acquire_script(redis_client: redis.Redis) -> None:
+def test_acquisitions_are_counted_once_per_outermost_acquire(redis_client: redis.Redis) -> None:
     lock = Lock("sku:1")
     for _ in range(3):
         with lock:
             with lock:  # nesting is not another acquisition
                 pass
-    assert counters(redis_client, "sku:1") == {"acquired": 3}
+    assert counters_of(redis_client, "sku:1") == {"acquired": 3}
     ttl = redis_client.pttl(STATS_KEY % "sku:1")
     assert 3_600_000 - 60_000 < ttl <= 3_600_000  # STATS = True: an hour
 
@@ -59,7 +66,7 @@ def test_contention_and_wait_time(redis_client: redis.Redis, other_thread: Other
     holder.release()
     assert done.wait(10)
     thread.join(5)
-    found = counters(redis_client, "hot")
+    found = counters_of(redis_client, "hot")
     # the refused try and the waiter's first refusal; the waiter's re-checks are not counted again
     assert found["contended"] == 2
     assert found["acquired"] == 2
@@ -72,7 +79,7 @@ def test_lost_leases_are_counted(redis_client: redis.Redis) -> None:
     redis_client.delete("redislock:{gone}:lock")
     with pytest.raises(LockLostError):
         lock.release()
-    assert counters(redis_client, "gone") == {"acquired": 1, "lost": 1}
+    assert counters_of(redis_client, "gone") == {"acquired": 1, "lost": 1}
 
 
 def test_counting_off_writes_nothing(redis_client: redis.Redis, other_thread: OtherThread) -> None:
@@ -83,29 +90,118 @@ def test_counting_off_writes_nothing(redis_client: redis.Redis, other_thread: Ot
         redis_client.delete("redislock:{quiet}:lock")
         with pytest.raises(LockLostError):
             holder.release()
+    counters.flush()
     assert not redis_client.exists(STATS_KEY % "quiet")
 
 
-@pytest.mark.parametrize(("enabled", "per_acquire"), [(True, 1), (False, 0)])
-def test_cost_is_one_command_inside_the_script(
-    redis_client: redis.Redis, enabled: bool, per_acquire: int
+@pytest.fixture
+def tally(monkeypatch: pytest.MonkeyPatch) -> counters.Tally:
+    """A tally of this test's own, written only when the test flushes it."""
+    own = counters.Tally(background=False)
+    monkeypatch.setattr(counters, "acquired", own.acquired)
+    monkeypatch.setattr(counters, "flush", own.flush)
+    return own
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_uncontended_cycles_run_no_counter_command(
+    redis_client: redis.Redis, tally: counters.Tally, enabled: bool
 ) -> None:
+    """'acquired' is counted by the client: the scripts run no HINCRBY on the
+    free path, and a flush writes many acquires of a name as one HINCRBY."""
     lock = Lock("cost", auto_renew=False)
     with override_settings(REDISLOCK={"STATS": enabled}):
         lock.acquire()
         lock.release()  # scripts loaded
+        tally.flush()
         redis_client.config_resetstat()
         for _ in range(20):
             lock.acquire()
             lock.release()
+        found = redis_client.info("commandstats")
+        assert "cmdstat_hincrby" not in found and "cmdstat_pexpire" not in found
+        # still one round trip per acquire and per release
+        assert found["cmdstat_evalsha"]["calls"] == 40
+        tally.flush()
     found = redis_client.info("commandstats")
-    assert found.get("cmdstat_hincrby", {}).get("calls", 0) == 20 * per_acquire
-    # the TTL is refreshed on creation and every 64th update, not per acquire
-    assert found.get("cmdstat_pexpire", {}).get("calls", 0) == 0
+    assert found.get("cmdstat_hincrby", {}).get("calls", 0) == (1 if enabled else 0)
     if enabled:
-        assert redis_client.pttl(STATS_KEY % "cost") > 0
-    # still one round trip per acquire and per release
-    assert found["cmdstat_evalsha"]["calls"] == 40
+        assert counters_of(redis_client, "cost") == {"acquired": 21}
+        assert 3_600_000 - 60_000 < redis_client.pttl(STATS_KEY % "cost") <= 3_600_000
+    else:
+        assert not redis_client.exists(STATS_KEY % "cost")
+
+
+def test_async_acquisitions_are_counted(redis_client: redis.Redis) -> None:
+    async def main() -> None:
+        for _ in range(2):
+            async with AsyncLock("async-counted"):
+                pass
+
+    asyncio.run(main())
+    assert counters_of(redis_client, "async-counted") == {"acquired": 2}
+
+
+def test_counts_reach_redis_within_a_second_unasked(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process's writing thread flushes by itself; nobody calls flush here."""
+    monkeypatch.setattr(counters.TALLY, "background", True)  # the tests' conftest turns it off
+    with Lock("unasked"):
+        pass
+    deadline = time.monotonic() + 10 * counters.FLUSH_SECONDS
+    while not redis_client.exists(STATS_KEY % "unasked"):
+        assert time.monotonic() < deadline, "the counts were never written"
+        threading.Event().wait(0.05)
+    assert counters_of(redis_client, "unasked") == {"acquired": 1}
+
+
+def test_a_process_writes_its_counts_when_it_exits(redis_client: redis.Redis) -> None:
+    """A short-lived process (a cron job, a management command) keeps its counts."""
+    code = (
+        "from tests.procs import setup_worker; import os, sys; setup_worker(dict(os.environ))\n"
+        "from django_redislock import Lock\n"
+        "for _ in range(5):\n"
+        "    with Lock('exiting'):\n"
+        "        pass\n"
+    )
+    env = {**os.environ, **worker_env()}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    assert counters_of(redis_client, "exiting") == {"acquired": 5}
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_does_not_write_its_parents_counts(redis_client: redis.Redis) -> None:
+    from tests.test_fork import fork_and_run
+
+    with Lock("forked-counts"):
+        pass  # pending in this process, not yet written
+
+    def child() -> int:
+        counters.flush()
+        return 0
+
+    assert fork_and_run(child) == 0
+    assert counters_of(redis_client, "forked-counts") == {"acquired": 1}
+
+
+def test_pending_counts_are_readable_before_they_are_written(tally: counters.Tally) -> None:
+    """What the 423 answer's Retry-After adds to the counters it reads."""
+    client, other = object(), object()
+    tally.acquired(client, b"k", 60_000, 0.25)
+    tally.acquired(client, b"k", 60_000, 0.0)
+    assert tally.pending(client, b"k") == (2, 250)
+    assert tally.pending(other, b"k") == (0, 0)  # another server's counters
+    assert tally.pending(client, b"j") == (0, 0)
+
+
+def test_counts_that_cannot_be_written_are_dropped_quietly() -> None:
+    dead = redis.Redis(port=free_port(), socket_connect_timeout=1)  # nothing listens there
+    own = counters.Tally(background=False)
+    own.acquired(dead, b"redislock:{x}:stats", 60_000, 0.5)
+    own.flush()  # no exception: statistics never break a lock
+    own.flush()  # and nothing is kept to retry
+    assert own._pending == {}
 
 
 def test_inspect_and_json_show_counters() -> None:
@@ -143,4 +239,5 @@ def test_setting_is_checked(value: object) -> None:
 def test_stats_seconds_set_how_long_idle_counters_are_kept(redis_client: redis.Redis) -> None:
     with override_settings(REDISLOCK={"STATS": 5}), Lock("brief"):
         pass
+    counters.flush()
     assert 0 < redis_client.pttl(STATS_KEY % "brief") <= 5000

@@ -158,7 +158,7 @@ def _in_order(script: Script, names: tuple[str, ...], given: Mapping[str, Any]) 
 
 #: The Lock scripts' keys (``Lock.parts``); stats is left out when counting is off.
 _LOCK_KEYS = ("lock", "fence", "queue", "deadlines", "stats")
-_RELEASE_KEYS = ("lock", "queue", "deadlines", "fence", "stats")
+_RELEASE_KEYS = ("lock", "queue", "deadlines", "fence")
 
 LOCK_ACQUIRE = Script(
     "lock_acquire.lua",
@@ -170,16 +170,16 @@ LOCK_ACQUIRE = Script(
 LOCK_RELEASE = Script(
     "lock_release.lua",
     keys=_RELEASE_KEYS,
-    args=("token", "stats_ttl_ms"),
-    optional=("queue", "deadlines", "fence", "stats", "stats_ttl_ms"),
+    args=("token",),
+    optional=("queue", "deadlines", "fence"),
 )
 LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
 QUEUE_CANCEL = Script("queue_cancel.lua", keys=("queue", "deadlines"), args=("token", "sigprefix"))
 LOCK_CANCEL = Script(
     "lock_cancel.lua",
     keys=_RELEASE_KEYS,
-    args=("token", "stats_ttl_ms"),
-    optional=("queue", "deadlines", "fence", "stats", "stats_ttl_ms"),
+    args=("token",),
+    optional=("queue", "deadlines", "fence"),
 )
 #: The permit scripts' keys (``PermitBase.roles``, the same for every permit primitive).
 _PERMIT_KEYS = ("holders", "fence", "queue", "deadlines")

@@ -11,8 +11,8 @@
 -- An entry without grant_ms (an older client) is woken to take the lock itself.
 
 -- Free `lock`, or hand it to the first live waiter; counts the handoff.
-local function pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, stats_ttl_ms)
-  local now_ms, now_us = server_time()
+local function pass_on(lock, queue, deadlines, fence_key, sigprefix)
+  local now_ms = server_time()
   local head, deadline, entry = queue_head(queue, deadlines, now_ms)
   if not head then
     redis.call('DEL', lock)
@@ -25,7 +25,6 @@ local function pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, stat
     signal(sigprefix, head, deadline - now_ms)
     return
   end
-  local arrived_us = tonumber(redis.call('ZSCORE', queue, head))
   redis.call('ZREM', queue, head)
   redis.call('HDEL', deadlines, head)
   local fence = next_fence(fence_key)
@@ -36,5 +35,4 @@ local function pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, stat
   redis.call('DEL', key)
   redis.call('RPUSH', key, string.format('%.0f', fence))
   redis.call('PEXPIRE', key, grant_ms + 1000)
-  count_acquire(stats, stats_ttl_ms, math.floor((now_us - arrived_us) / 1000))
 end

@@ -1,15 +1,17 @@
--- Shared prelude: per-name usage counters (REDISLOCK['STATS']), kept by the
--- acquire scripts so that counting costs no extra round trip.
+-- Shared prelude: per-name usage counters (REDISLOCK['STATS']).
 --
 -- stats  HASH  acquired   successful (outermost) acquires
 --              contended  acquire calls that found the primitive taken (counted once per call)
 --              wait_ms    total time acquirers that had to wait spent waiting
 --              lost       leases their holders found lost (counted by the client, rarely)
+-- Only 'contended' is counted here, by the acquire script, on a call's first
+-- refusal, so that counting costs no extra round trip. 'acquired' and
+-- 'wait_ms' are on every acquire's path, so the client counts them, batched
+-- (counters.py): an HINCRBY in the acquire script was a sixth of an
+-- uncontended lock's Redis time.
 -- The hash expires ttl_ms after its last TTL refresh, so idle names leave
 -- nothing behind. The TTL is refreshed when the hash is created and then on
--- every 64th update, not on each: a busy name keeps its counters, and an
--- uncontended acquire pays one HINCRBY instead of two commands.
--- Cost: 1 command (HINCRBY) per acquire, 2 when it waited; 0 when off.
+-- every 64th update here, and on every batched write.
 
 local STATS_REFRESH_EVERY = 64
 
@@ -21,18 +23,6 @@ end
 
 -- stats: the key (nil when a caller passes none); ttl_ms: 0 when counting is off;
 -- waited_ms: -1 on a call's first attempt, else milliseconds waited so far.
-local function count_acquire(stats, ttl_ms, waited_ms)
-  ttl_ms = tonumber(ttl_ms or '0')
-  if not stats or ttl_ms <= 0 then
-    return
-  end
-  refresh(stats, ttl_ms, redis.call('HINCRBY', stats, 'acquired', 1))
-  waited_ms = tonumber(waited_ms or '-1')
-  if waited_ms > 0 then
-    redis.call('HINCRBY', stats, 'wait_ms', waited_ms)
-  end
-end
-
 local function count_contention(stats, ttl_ms, waited_ms)
   ttl_ms = tonumber(ttl_ms or '0')
   if not stats or ttl_ms <= 0 or tonumber(waited_ms or '-1') >= 0 then

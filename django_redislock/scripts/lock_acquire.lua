@@ -14,6 +14,8 @@
 -- ARGV[6] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
 -- ARGV[7] stats_ttl_ms   how long counters outlive their last update; 0: counting off
 -- ARGV[8] waited_ms      ms this call has waited so far; optional, left out on its first attempt
+-- Of the counters (_stats.lua) this script keeps only 'contended', once per call:
+-- 'acquired' and 'wait_ms' are counted by the client, batched (counters.py).
 -- A waiter's handoff grant (_handoff.lua) is min(lease_ms, waiter_ttl_ms): no
 -- longer than a dead waiter would block the queue anyway. The signal lists
 -- are the lock key with its final 'lock' replaced by 'signal:' and a token.
@@ -24,14 +26,13 @@
 -- acquire finds the lock no longer ours; -1 - retry_hint_ms when refused.
 --
 -- The common case, a free lock nobody waits for, comes first and is written
--- out in full (next_fence and count_acquire inlined): it runs before the
--- preludes, so it pays for none of their closures, and it is most of the
--- server time of an uncontended lock.
-local lock, fence_key, queue, deadlines, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-if not fence_key then  -- lock_keys, inlined: the preludes come later
+-- out in full (next_fence inlined): it runs before the preludes, so it pays
+-- for none of their closures, and it is most of the server time of an
+-- uncontended lock.
+local lock, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
+if not fence_key then  -- lock_keys, inlined (the preludes come later): only the two needed here
   local base = string.sub(lock, 1, -5)
-  fence_key, queue, deadlines, stats =
-    base .. 'fence', base .. 'queue', base .. 'deadlines', base .. 'stats'
+  fence_key, queue = base .. 'fence', base .. 'queue'
 end
 local token, lease, mode = ARGV[1], ARGV[2], ARGV[3]
 
@@ -47,27 +48,19 @@ if queue_empty then
   if redis.call('SET', lock,
       token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[5] .. ':'
         .. ARGV[4], 'NX', 'PX', lease) then
-    if stats and ARGV[7] ~= '0' then  -- count_acquire (Redlock passes no stats)
-      if redis.call('HINCRBY', stats, 'acquired', 1) % 64 == 1 then
-        redis.call('PEXPIRE', stats, ARGV[7])
-      end
-      if ARGV[8] and tonumber(ARGV[8]) > 0 then
-        redis.call('HINCRBY', stats, 'wait_ms', ARGV[8])
-      end
-    end
     return fence
   end
 end
 
 -- @preludes
 
+local deadlines, stats = KEYS[4], KEYS[5]
+if not KEYS[2] then
+  local _
+  _, _, deadlines, stats = lock_keys(lock)
+end
 local sigprefix = signal_prefix(lock)
 local waited_ms = ARGV[8] or '-1'
-
-local function acquired(fence)
-  count_acquire(stats, ARGV[7], waited_ms)
-  return fence
-end
 
 local function refused(hint)
   count_contention(stats, ARGV[7], waited_ms)
@@ -149,7 +142,7 @@ else
     local waiters = redis.call('EXISTS', queue)
     redis.call('SET', lock, lock_value(token, waiters, 1, fence, lease, ARGV[5], ARGV[4]),
       'PX', lease)
-    return acquired(fence)
+    return fence
   end
   signal(sigprefix, head, deadline - now_ms)
   hint = deadline - now_ms

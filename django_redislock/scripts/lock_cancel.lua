@@ -5,14 +5,12 @@
 -- KEYS[2] queue      ZSET   waiters in arrival order; optional: derived from the lock key when left out
 -- KEYS[3] deadlines  HASH   waiter token -> presumed-dead time; optional, as queue
 -- KEYS[4] fence      STRING fencing counter of this name; optional, as queue
--- KEYS[5] stats      HASH   usage counters (_stats.lua); optional, as queue
 -- ARGV[1] token          the waiter's token
--- ARGV[2] stats_ttl_ms   how long counters outlive their last update; optional, 0: off
 -- Signal lists are KEYS[1] with its final 'lock' replaced by 'signal:' and a token.
 -- Returns 1 when the waiter was queued, 2 when it had been handed the lock, else 0.
-local lock, queue, deadlines, fence_key, stats = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local lock, queue, deadlines, fence_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if not queue then
-  fence_key, queue, deadlines, stats = lock_keys(lock)
+  fence_key, queue, deadlines = lock_keys(lock)
 end
 local token, sigprefix = ARGV[1], signal_prefix(lock)
 local was_head = redis.call('ZRANGE', queue, 0, 0)[1] == token
@@ -26,7 +24,7 @@ end
 local value = redis.call('GET', lock)
 if value and string.sub(value, 1, #token + 1) == token .. ':' then
   redis.call('DEL', sigprefix .. token)
-  pass_on(lock, queue, deadlines, fence_key, stats, sigprefix, ARGV[2])
+  pass_on(lock, queue, deadlines, fence_key, sigprefix)
   return 2
 end
 return 0

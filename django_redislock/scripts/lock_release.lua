@@ -4,10 +4,8 @@
 -- KEYS[2] queue      ZSET   waiters in arrival order; optional: derived from the lock key when left out
 -- KEYS[3] deadlines  HASH   waiter token -> presumed-dead time; optional, as queue
 -- KEYS[4] fence      STRING fencing counter of this name; optional, as queue
--- KEYS[5] stats      HASH   usage counters (_stats.lua); optional, as queue
 -- ARGV[1] token          the holder's token
--- ARGV[2] stats_ttl_ms   how long counters outlive their last update; optional, 0: off
--- KEYS[2..5] and ARGV[2] are used only when the lock has waiters. Signal lists
+-- KEYS[2..4] are used only when the lock has waiters. Signal lists
 -- are KEYS[1] with its final 'lock' replaced by 'signal:' and a token.
 -- Returns the remaining hold count (0 when released), or -1 when not the owner.
 local lock, token = KEYS[1], ARGV[1]
@@ -29,11 +27,11 @@ end
 -- @preludes
 
 if flags == '1:1:' then
-  local queue, deadlines, fence_key, stats = KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+  local queue, deadlines, fence_key = KEYS[2], KEYS[3], KEYS[4]
   if not queue then
-    fence_key, queue, deadlines, stats = lock_keys(lock)
+    fence_key, queue, deadlines = lock_keys(lock)
   end
-  pass_on(lock, queue, deadlines, fence_key, stats, signal_prefix(lock), ARGV[2])
+  pass_on(lock, queue, deadlines, fence_key, signal_prefix(lock))
   return 0
 end
 local owner, waiters, count, fence, lease, since, holder = parse_lock(value)

@@ -1,0 +1,130 @@
+"""A Lock's per-name usage counters, ``acquired`` and ``wait_ms``, batched per process.
+
+The counters hash (``<prefix>:{<name>}:stats``, see ``scripts/_stats.lua``)
+used to be incremented by the acquire script itself. That ``HINCRBY`` was a
+sixth of the Redis time of an uncontended acquire+release, paid on every
+cycle of every lock for a number an operator reads now and then. So the
+client counts instead: each acquire adds to an in-process tally (a dict
+increment under a lock), and a daemon thread writes the tally with one
+pipelined round trip per client at most once a second (``FLUSH_SECONDS``),
+at exit, and whenever a reader in this process asks (``flush``: ``manage.py
+locks`` and the dashboard do, so their own process's counts are exact).
+
+What that trades, as ``docs/operations.md`` says: another process's counts
+show up to a second late, and a process killed with ``SIGKILL`` loses its
+last second of them. The rarer counters stay where they are: ``contended``
+is counted by the acquire script on a call's first refusal (a contended
+acquire is not the cheap path), and ``lost`` by the holding that finds its
+lease gone.
+
+The thread is started by the first count and exits once a flush finds
+nothing new, like the watchdog's; after ``fork()`` the child starts with an
+empty tally (it must not write its parent's counts twice).
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from typing import Any
+
+from . import backend
+
+logger = logging.getLogger(__name__)
+
+#: Seconds between writes of the tally.
+FLUSH_SECONDS = 1.0
+
+
+class Tally:
+    """Counts not yet written: ``(id(client), stats key) -> [client, ttl, acquired, wait_ms]``."""
+
+    def __init__(self, *, background: bool = True) -> None:
+        #: Start the writing thread on the first count (off: only ``flush`` writes).
+        self.background = background
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the tally and the thread (a forked child has neither)."""
+        self._lock = threading.Lock()
+        self._pending: dict[tuple[int, bytes], list[Any]] = {}
+        self._thread: threading.Thread | None = None
+
+    def acquired(self, client: Any, stats_key: bytes, ttl_ms: int, waited: float) -> None:
+        """Count one acquire of the name whose counters are ``stats_key``."""
+        waited_ms = round(waited * 1000) if waited > 0 else 0
+        with self._lock:
+            entry = self._pending.get((id(client), stats_key))
+            if entry is None:
+                self._pending[(id(client), stats_key)] = [client, ttl_ms, 1, waited_ms]
+            else:
+                entry[2] += 1
+                entry[3] += waited_ms
+            if self._thread is None and self.background:
+                self._thread = threading.Thread(
+                    target=self._run, name="django-redislock-counters", daemon=True
+                )
+                self._thread.start()
+
+    def pending(self, client: Any, stats_key: bytes) -> tuple[int, int]:
+        """``(acquired, wait_ms)`` counted for ``stats_key`` on ``client`` and
+        not written yet: a reader on a latency-bound path adds them to what it
+        read instead of paying a flush's round trip."""
+        with self._lock:
+            entry = self._pending.get((id(client), stats_key))
+            return (entry[2], entry[3]) if entry is not None else (0, 0)
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            time.sleep(FLUSH_SECONDS)
+            with self._lock:
+                if self._thread is not me:  # reset() by a fork: the child's copy
+                    return
+                if not self._pending:  # nothing new since the last flush: exit
+                    self._thread = None
+                    return
+            self.flush()
+
+    def flush(self) -> None:
+        """Write what is pending, one pipeline per client; best effort.
+
+        Counts that cannot be written (Redis unreachable) are dropped, not
+        retried: they are statistics, and a backlog must not grow while
+        Redis is away.
+        """
+        with self._lock:
+            pending, self._pending = self._pending, {}
+        by_client: dict[int, list[list[Any]]] = {}
+        for (client_id, key), entry in pending.items():
+            by_client.setdefault(client_id, []).append([key, *entry])
+        for entries in by_client.values():
+            client = entries[0][1]
+            try:
+                pipe = client.pipeline(transaction=False)
+                for key, _, ttl_ms, acquired, wait_ms in entries:
+                    pipe.hincrby(key, "acquired", acquired)
+                    if wait_ms:
+                        pipe.hincrby(key, "wait_ms", wait_ms)
+                    pipe.pexpire(key, ttl_ms)
+                pipe.execute()
+            except backend.BACKEND_ERRORS as exc:
+                logger.debug("Could not write %d names' lock counters: %s", len(entries), exc)
+            except Exception:  # a bug here must not stop the thread, nor reach a lock
+                logger.warning("Could not write lock counters", exc_info=True)
+
+
+#: The process's tally.
+TALLY = Tally()
+os.register_at_fork(after_in_child=TALLY.reset)
+atexit.register(TALLY.flush)
+
+#: Count one acquire (``Tally.acquired``).
+acquired = TALLY.acquired
+#: Write this process's pending counts now (before reading counters).
+flush = TALLY.flush
+#: This process's counts of a name not written yet (``Tally.pending``).
+pending = TALLY.pending
