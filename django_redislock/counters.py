@@ -11,11 +11,14 @@ at exit, and whenever a reader in this process asks (``flush``: ``manage.py
 locks`` and the dashboard do, so their own process's counts are exact).
 
 What that trades, as ``docs/operations.md`` says: another process's counts
-show up to a second late, and a process killed with ``SIGKILL`` loses its
-last second of them. The rarer counters stay where they are: ``contended``
-is counted by the acquire script on a call's first refusal (a contended
-acquire is not the cheap path), and ``lost`` by the holding that finds its
-lease gone.
+show up to a second late, and a process that ends without running its exit
+handlers (``SIGKILL``, an unhandled ``SIGTERM``, ``os._exit``) loses its last
+second of them. A write is bounded (``WRITE_TIMEOUT``): a hung Redis delays
+neither a reader nor the process's exit for longer.
+
+The rarer counters stay where they are: ``contended`` is counted by the
+acquire script on a call's first refusal (a contended acquire is not the
+cheap path), and ``lost`` by the holding that finds its lease gone.
 
 The thread is started by the first count and exits once a flush finds
 nothing new, like the watchdog's; after ``fork()`` the child starts with an
@@ -31,12 +34,14 @@ import threading
 import time
 from typing import Any
 
-from . import backend
+from . import backend, bounds
 
 logger = logging.getLogger(__name__)
 
 #: Seconds between writes of the tally.
 FLUSH_SECONDS = 1.0
+#: The longest one client's write may take (a hung Redis: the counts are dropped).
+WRITE_TIMEOUT = 2.0
 
 
 class Tally:
@@ -64,10 +69,17 @@ class Tally:
                 entry[2] += 1
                 entry[3] += waited_ms
             if self._thread is None and self.background:
-                self._thread = threading.Thread(
-                    target=self._run, name="django-redislock-counters", daemon=True
-                )
-                self._thread.start()
+                self._start()
+
+    def _start(self) -> None:
+        """Start the writing thread (the lock held); counting never fails an acquire."""
+        thread = threading.Thread(target=self._run, name="django-redislock-counters", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread": the next count tries again
+            logger.warning("Could not start the lock counters' thread", exc_info=True)
+            return
+        self._thread = thread
 
     def pending(self, client: Any, stats_key: bytes) -> tuple[int, int]:
         """``(acquired, wait_ms)`` counted for ``stats_key`` on ``client`` and
@@ -90,10 +102,11 @@ class Tally:
             self.flush()
 
     def flush(self) -> None:
-        """Write what is pending, one pipeline per client; best effort.
+        """Write what is pending, one pipeline per client, each within
+        ``WRITE_TIMEOUT``; best effort.
 
-        Counts that cannot be written (Redis unreachable) are dropped, not
-        retried: they are statistics, and a backlog must not grow while
+        Counts that cannot be written (Redis unreachable or hung) are dropped,
+        not retried: they are statistics, and a backlog must not grow while
         Redis is away.
         """
         with self._lock:
@@ -102,19 +115,34 @@ class Tally:
         for (client_id, key), entry in pending.items():
             by_client.setdefault(client_id, []).append([key, *entry])
         for entries in by_client.values():
-            client = entries[0][1]
             try:
-                pipe = client.pipeline(transaction=False)
-                for key, _, ttl_ms, acquired, wait_ms in entries:
-                    pipe.hincrby(key, "acquired", acquired)
-                    if wait_ms:
-                        pipe.hincrby(key, "wait_ms", wait_ms)
-                    pipe.pexpire(key, ttl_ms)
-                pipe.execute()
-            except backend.BACKEND_ERRORS as exc:
+                _write(entries[0][1], entries)
+            except (*backend.BACKEND_ERRORS, TimeoutError) as exc:
                 logger.debug("Could not write %d names' lock counters: %s", len(entries), exc)
             except Exception:  # a bug here must not stop the thread, nor reach a lock
                 logger.warning("Could not write lock counters", exc_info=True)
+
+
+def _write(client: Any, entries: list[list[Any]]) -> None:
+    """One client's counts, within ``WRITE_TIMEOUT`` (``bounds``: a sibling
+    client with that socket timeout, or a worker thread where there is none)."""
+
+    def write(target: Any) -> None:
+        pipe = target.pipeline(transaction=False)
+        for key, _, ttl_ms, acquired, wait_ms in entries:
+            pipe.hincrby(key, "acquired", acquired)
+            if wait_ms:
+                pipe.hincrby(key, "wait_ms", wait_ms)
+            pipe.pexpire(key, ttl_ms)
+        pipe.execute()
+
+    bound = bounds.siblings.get(client, WRITE_TIMEOUT)
+    if bound is None:  # the client's own socket timeout is short enough
+        write(client)
+    elif bound.client is not None:
+        write(bound.client)
+    else:
+        bounds.workers.call(bound.seconds, write, client)
 
 
 #: The process's tally.

@@ -331,9 +331,10 @@ def clear(client: Any, prefix: str, name: str) -> int:
 def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]]:
     """The usage counters of each name (empty when counting is off or the name is idle).
 
-    This process's own pending counts are written first (``counters.flush``),
-    so what it did itself is never missing; other processes' counts may be up
-    to ``counters.FLUSH_SECONDS`` behind.
+    This process's own pending counts are written first (``counters.flush``,
+    each client's write bounded by ``counters.WRITE_TIMEOUT``), so what it did
+    itself is never missing; other processes' counts may be up to
+    ``counters.FLUSH_SECONDS`` behind.
     """
     counters.flush()
     pipe = client.pipeline(transaction=False)

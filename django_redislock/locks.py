@@ -225,9 +225,10 @@ class LockBase(Handle, Primitive):
             watchdog.watch(holding)
         # a handoff came after `started` (see protocol.acquire); the wait ended now
         ended = time.monotonic() if outcome.status == HANDED else outcome.started
-        if resolved.stats_key is not None:
+        if resolved.stats_key is not None:  # wait_ms counts only time spent in line
+            waited = ended - begun if outcome.waited else 0.0
             counters.acquired(
-                resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, ended - begun
+                resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
             )
         self._announce_acquired(ended - begun, outcome.value)
 

@@ -109,12 +109,14 @@ QuorumStep = FanOut | Pause
 @dataclass(frozen=True, slots=True)
 class Outcome:
     """What an acquire came to: ``status`` (``HELD``, ``HANDED``, ``REFUSED``,
-    or a primitive's own), its value (fencing token or retry hint in ms), and
-    when the last attempt was sent (a lease is measured from there)."""
+    or a primitive's own), its value (fencing token or retry hint in ms),
+    when the last attempt was sent (a lease is measured from there), and
+    whether it waited in line first (only then does its time count as a wait)."""
 
     status: int
     value: int
     started: float
+    waited: bool = False
 
     @property
     def held(self) -> bool:
@@ -208,7 +210,7 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     exception it runs the clean-up (best effort: a Redis error there must not
     replace the original) and raises; Redis failures as ``LockBackendError``.
     """
-    queued = False
+    queued = waited = False
     deadline = attempt.deadline
     call = bounded(attempt.call, deadline)
     try:
@@ -218,20 +220,21 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
             if status != REFUSED:
                 if status not in (HELD, HANDED) and queued:
                     yield bounded(attempt.leave, deadline)
-                return Outcome(status, value, started)
+                return Outcome(status, value, started, waited)
             queued = attempt.may_wait
             if not queued or (deadline is not None and time.monotonic() >= deadline):
                 if queued:
                     yield bounded(attempt.leave, deadline)
-                return Outcome(REFUSED, value, started)
+                return Outcome(REFUSED, value, started, waited)
             wait = wait_seconds(value, attempt.chunk, deadline)
             signal = yield Wait(attempt.signal_key, wait, deadline)
+            waited = True
             if (
                 signal is not None
                 and signal[1] not in WAKE_UP
                 and handoff_fresh(started, attempt.handoff_lease)
             ):
-                return Outcome(HANDED, int(signal[1]), started)
+                return Outcome(HANDED, int(signal[1]), started, waited)
             if attempt.on_wait is not None:
                 attempt.call = attempt.on_wait() or attempt.call
                 call = bounded(attempt.call, deadline)

@@ -78,7 +78,7 @@ def test_arguments_are_built_by_name_in_the_scripts_order() -> None:
     assert args == ["t", 1, "try", "h", 2, 3, 0]  # waited_ms, optional, left out
     assert LOCK_ACQUIRE.args_of(**named, waiter_ttl_ms=3, stats_ttl_ms=0, waited_ms=9)[-1] == 9
     keys = {"lock": "l", "fence": "f", "queue": "q", "deadlines": "d", "other": "x"}
-    assert LOCK_RELEASE.keys_of(keys) == ["l", "q", "d", "f"]  # stats, optional, left out
+    assert LOCK_RELEASE.keys_of(keys) == ["l", "q", "d", "f"]  # "other" is not the release's
 
 
 def test_a_missing_or_unknown_argument_is_refused() -> None:

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import pytest
 import redis
@@ -200,8 +201,54 @@ def test_counts_that_cannot_be_written_are_dropped_quietly() -> None:
     own = counters.Tally(background=False)
     own.acquired(dead, b"redislock:{x}:stats", 60_000, 0.5)
     own.flush()  # no exception: statistics never break a lock
-    own.flush()  # and nothing is kept to retry
-    assert own._pending == {}
+    assert own.pending(dead, b"redislock:{x}:stats") == (0, 0)  # dropped, not kept to retry
+
+
+def test_a_hung_redis_holds_a_write_up_for_the_write_timeout_only(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader (or the exit handler) flushing to a Redis that never answers
+    gives up after WRITE_TIMEOUT, however long the client's own timeouts."""
+    from tests.faultproxy import FaultProxy
+
+    monkeypatch.setattr(counters, "WRITE_TIMEOUT", 0.5)
+    with FaultProxy(redis_url) as proxy:
+        hung = redis.Redis.from_url(proxy.url)  # no socket timeout of its own
+        own = counters.Tally(background=False)
+        own.acquired(hung, STATS_KEY.encode() % b"hung", 60_000, 0.0)
+        proxy.blackhole()
+        started = time.monotonic()
+        own.flush()
+        assert time.monotonic() - started < 5
+        proxy.heal()
+        hung.close()
+    assert not redis_client.exists(STATS_KEY % "hung")
+
+
+def test_a_thread_that_cannot_start_never_fails_the_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    starts = []
+
+    class Refused(threading.Thread):
+        def start(self) -> None:
+            starts.append(self)
+            raise RuntimeError("can't start new thread")
+
+    # counters' own view of the threading module: other threads start as usual
+    monkeypatch.setattr(
+        counters,
+        "threading",
+        types.SimpleNamespace(
+            Thread=Refused, Lock=threading.Lock, current_thread=threading.current_thread
+        ),
+    )
+    own = counters.Tally()
+    client = object()
+    own.acquired(client, b"k", 60_000, 0.0)  # no exception reaches the acquire
+    own.acquired(client, b"k", 60_000, 0.0)
+    assert len(starts) == 2  # each count tries again
+    assert own.pending(client, b"k") == (2, 0)  # and nothing was lost
 
 
 def test_inspect_and_json_show_counters() -> None:

@@ -10,7 +10,7 @@
 -- than it would have blocked the queue anyway (grant_ms <= its re-check span).
 -- An entry without grant_ms (an older client) is woken to take the lock itself.
 
--- Free `lock`, or hand it to the first live waiter; counts the handoff.
+-- Free `lock`, or hand it to the first live waiter (who counts the acquire: counters.py).
 local function pass_on(lock, queue, deadlines, fence_key, sigprefix)
   local now_ms = server_time()
   local head, deadline, entry = queue_head(queue, deadlines, now_ms)

@@ -70,8 +70,8 @@ end
 -- The lock holds this very token already: a waiter re-checking after the lock
 -- was handed to it, before it read its signal, or an attempt sent again after
 -- its first reply was lost (redis-py's retry policy) that had been granted.
--- Either way it is the caller's: take it, with the full lease. (Counted when
--- it was granted or handed over.) This makes an acquire idempotent per token.
+-- Either way it is the caller's: take it, with the full lease. (Counted once,
+-- by the client that takes it.) This makes an acquire idempotent per token.
 local function handed_over()
   local value = redis.call('GET', lock)
   if not (value and string.sub(value, 1, #token + 1) == token .. ':') then
