@@ -96,7 +96,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         try:
             try:
                 with backend.translate_errors(self.name):
-                    result = await conn.run(LOCK_RELEASE, holding.keys, holding.release_args)
+                    result = await conn.run(LOCK_RELEASE, holding.keys, self._release_args(holding))
             except BaseException:
                 self._release_failed(holding)
                 raise

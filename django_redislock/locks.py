@@ -108,8 +108,23 @@ class LockBase(Handle, Primitive):
             stats_key=resolved.stats_key,
             stats_ttl_ms=resolved.settings.stats_ttl_ms,
         )
-        holding.release_args = list(release.args)
+        # The last level's release: it frees the lock whatever count Redis
+        # holds (see _release_args).
+        holding.release_args = LOCK_RELEASE.args_of(token=token, final=1)
         return holding
+
+    @staticmethod
+    def _release_args(holding: Holding) -> list[Any]:
+        """The release script's ARGV for this holder's next release.
+
+        The holder's own depth decides which release is the last, not the
+        count in Redis: a nested acquire that timed out (its blocking_timeout
+        passed with Redis hung) may still have been counted there once Redis
+        answered, and the holder's last release must free the lock anyway.
+        """
+        if holding.depth > 1:
+            return LOCK_RELEASE.args_of(token=holding.token)
+        return holding.release_args
 
     def _after_release(self, holding: Holding, result: int) -> None:
         """Bookkeeping once the release script answered ``result``; raises when lost."""
@@ -134,16 +149,24 @@ class LockBase(Handle, Primitive):
     # the acquire, written once for Lock and AsyncLock (see protocol.py) ---------------
 
     def _nest_steps(
-        self, resolved: Resolved, hold_key: tuple[str, str], holding: Holding
+        self,
+        resolved: Resolved,
+        hold_key: tuple[str, str],
+        holding: Holding,
+        deadline: float | None,
     ) -> Generator[Step, Any, bool]:
         """Re-enter this holder's ``holding`` (the script's ``nest`` mode, with
-        its lease renewed); ``False`` when it was found gone (then superseded)."""
+        its lease renewed); ``False`` when it was found gone (then superseded).
+
+        Bounded by the acquire's ``deadline`` like any attempt. A nest Redis
+        runs after the client gave up leaves Redis's count one above the
+        holder's depth, which the holder's last release ignores (``final``)."""
         nest = self._attempt_args(
             holding.token, int(holding.lease * 1000), "nest", holding.holder, 0,
             resolved.settings.stats_ttl_ms,
         )  # fmt: skip
         call = Call(LOCK_ACQUIRE, resolved.keys_for(LOCK_ACQUIRE), LOCK_ACQUIRE.args_of(**nest))
-        reply = yield from protocol.single(call, self.name)
+        reply = yield from protocol.single(protocol.bounded(call, deadline), self.name)
         if acquire_reply(reply)[0] == NOT_OURS:
             self._supersede(holding, GONE_AT_REENTRY)
             return False
@@ -158,11 +181,15 @@ class LockBase(Handle, Primitive):
         settings = resolved.settings
         hold_key = self._hold_key(resolved.alias, resolved.keys[0])
         holding = self._reentry(hold_key)
-        if holding is not None and (yield from self._nest_steps(resolved, hold_key, holding)):
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        begun = time.monotonic()
+        deadline = None if budget is None else begun + budget
+        if holding is not None and (
+            yield from self._nest_steps(resolved, hold_key, holding, deadline)
+        ):
             return HELD_RESULT
 
-        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
-        token, begun, holder = new_token(), time.monotonic(), holder_description()
+        token, holder = new_token(), holder_description()
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
         args = self._attempt_args(
             token, resolved.lease_ms, "wait" if may_wait else "try", holder, waiter_ttl_ms,
@@ -190,7 +217,7 @@ class LockBase(Handle, Primitive):
                 signal_key=resolved.sigprefix + token,
                 chunk=resolved.chunk,
                 may_wait=may_wait,
-                deadline=None if budget is None else begun + budget,
+                deadline=deadline,
                 handoff_lease=grant,
                 on_wait=lambda: Call(
                     LOCK_ACQUIRE,
@@ -327,7 +354,7 @@ class Lock(LockBase, SyncPrimitive):
         holding.releasing = holding.depth <= 1
         try:
             try:
-                result = LOCK_RELEASE(holding.client, holding.keys, holding.release_args)
+                result = LOCK_RELEASE(holding.client, holding.keys, self._release_args(holding))
             except BaseException as exc:
                 self._release_failed(holding)
                 if isinstance(exc, backend.BACKEND_ERRORS):

@@ -260,8 +260,11 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
 
 
 def single(call: Call, name: str) -> Generator[Step, Any, Any]:
-    """One script call, its reply returned; Redis failures as ``LockBackendError``."""
+    """One script call, its reply returned; Redis failures as ``LockBackendError``
+    (``LockBackendTimeout`` when a bounded call went unanswered past its deadline)."""
     try:
         return (yield call)
+    except backend.Unanswered as exc:
+        raise backend.unanswered_error(name, exc) from exc
     except backend.BACKEND_ERRORS as exc:
         raise backend.backend_error(name, exc) from exc

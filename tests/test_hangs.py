@@ -205,6 +205,54 @@ def test_async_acquire_on_a_paused_redis_ends_at_its_blocking_timeout(
         asyncio.run(main())
 
 
+def wait_for_late_nest(server: Pausable) -> None:
+    """Until the resumed server has run the nest the client gave up on: the
+    lock's count (``<token>:<waiters>:<count>:...``) reads 2."""
+    deadline = time.monotonic() + 10
+    while server.client.get(server.key("lock")).split(b":")[2] != b"2":
+        assert time.monotonic() < deadline, "the nest sent before the pause never ran"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_nested_acquire_on_a_paused_redis_ends_at_its_blocking_timeout(
+    paused: Pausable, mode: str
+) -> None:
+    """A reentrant acquire is bounded like a first one; if Redis counts it after
+    the client gave up, the holder's one release still frees the lock."""
+    held = 30.0  # no renewal falls into the pause
+
+    async def nest_async() -> None:
+        outer = AsyncLock(NAME, timeout=held)
+        assert await outer.acquire()
+        paused.pause()
+        started = time.monotonic()
+        with pytest.raises(LockBackendTimeout) as info:
+            await AsyncLock(NAME, timeout=held, blocking_timeout=BUDGET).acquire()
+        assert_on_time(started, info.value)
+        paused.resume()
+        await asyncio.to_thread(wait_for_late_nest, paused)
+        await outer.release()
+
+    with settings_for(paused, None):
+        if mode == "async":
+            asyncio.run(nest_async())
+        else:
+            with Lock(NAME, timeout=held, blocking_timeout=BUDGET):
+                pass  # a pooled connection for this budget (connecting would be the hang)
+            outer = Lock(NAME, timeout=held)
+            assert outer.acquire()
+            paused.pause()
+            started = time.monotonic()
+            with pytest.raises(LockBackendTimeout) as info:
+                Lock(NAME, timeout=held, blocking_timeout=BUDGET).acquire()
+            assert_on_time(started, info.value)
+            paused.resume()
+            wait_for_late_nest(paused)
+            outer.release()
+    assert paused.client.pttl(paused.key("lock")) == -2  # freed, not held for the lease
+
+
 def test_require_lock_on_a_paused_redis_answers_503_at_its_blocking_timeout(
     paused: Pausable,
 ) -> None:

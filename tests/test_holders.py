@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from django.test import Client, override_settings
 from django_redislock import Lock, LockNotOwnedError, Semaphore, require_lock
 from tests.holders import OtherThread, refused_elsewhere
 from tests.models import Item
+from tests.test_lock_waits import wait_for_queue
 
 
 @pytest.fixture
@@ -189,3 +191,32 @@ def test_release_transaction_holds_is_what_the_commit_would_do(
     assert release_transaction_holds() == 1
     assert not Lock("sku:42").locked()
     assert release_transaction_holds() == 0
+
+
+@pytest.mark.parametrize("waiting", [False, True])
+def test_the_holders_last_release_frees_the_lock_whatever_redis_counted(
+    redis_client: redis.Redis, waiting: bool
+) -> None:
+    """A nested acquire that timed out on the client may be counted by Redis
+    later (test_hangs.py): the holder's depth, not Redis's count, decides
+    which release is the last, and that one frees the lock (or hands it on)."""
+    key = "redislock:{counted-late}:lock"
+    outer = Lock("counted-late", timeout=30)
+    assert outer.acquire()
+    with Lock("counted-late"):  # a nest that worked: depth 2 here, count 2 in Redis
+        pass
+    token, rest = redis_client.get(key).decode().split(":", 1)
+    waiters, count, tail = rest.split(":", 2)
+    # what a late nest leaves: one level more in Redis than the holder has
+    redis_client.set(key, f"{token}:{waiters}:{int(count) + 1}:{tail}", keepttl=True)
+    with ThreadPoolExecutor(max_workers=1) as waiter:
+        waiter_lock = Lock("counted-late", blocking_timeout=10)
+        taken = waiter.submit(waiter_lock.acquire) if waiting else None
+        if taken is not None:
+            wait_for_queue(redis_client, "counted-late", 1)
+        outer.release()
+        if taken is not None:
+            assert taken.result(10)  # handed on at once, not after the 30 s lease
+            assert redis_client.get(key).decode().split(":", 1)[0] != token
+            waiter.submit(waiter_lock.release).result(10)
+    assert not redis_client.exists(key)

@@ -170,8 +170,8 @@ LOCK_ACQUIRE = Script(
 LOCK_RELEASE = Script(
     "lock_release.lua",
     keys=_RELEASE_KEYS,
-    args=("token",),
-    optional=("queue", "deadlines", "fence"),
+    args=("token", "final"),
+    optional=("queue", "deadlines", "fence", "final"),
 )
 LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
 QUEUE_CANCEL = Script("queue_cancel.lua", keys=("queue", "deadlines"), args=("token", "sigprefix"))

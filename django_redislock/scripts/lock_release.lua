@@ -5,6 +5,9 @@
 -- KEYS[3] deadlines  HASH   waiter token -> presumed-dead time; optional, as queue
 -- KEYS[4] fence      STRING fencing counter of this name; optional, as queue
 -- ARGV[1] token          the holder's token
+-- ARGV[2] final          optional: present on the holder's last level, which frees the lock
+--                        whatever count the value holds (a nested acquire that timed out
+--                        on the client may have been counted after it gave up)
 -- KEYS[2..4] are used only when the lock has waiters. Signal lists
 -- are KEYS[1] with its final 'lock' replaced by 'signal:' and a token.
 -- Returns the remaining hold count (0 when released), or -1 when not the owner.
@@ -26,7 +29,13 @@ end
 
 -- @preludes
 
-if flags == '1:1:' then
+local owner, waiters, count, fence, lease, since, holder = parse_lock(value)
+count = tonumber(count)
+if count <= 1 or ARGV[2] then
+  if waiters == '0' then
+    redis.call('DEL', lock)
+    return 0
+  end
   local queue, deadlines, fence_key = KEYS[2], KEYS[3], KEYS[4]
   if not queue then
     fence_key, queue, deadlines = lock_keys(lock)
@@ -34,8 +43,6 @@ if flags == '1:1:' then
   pass_on(lock, queue, deadlines, fence_key, signal_prefix(lock))
   return 0
 end
-local owner, waiters, count, fence, lease, since, holder = parse_lock(value)
-count = tonumber(count)
 redis.call('SET', lock, lock_value(owner, waiters, count - 1, fence, lease, since, holder),
   'KEEPTTL')
 return count - 1
