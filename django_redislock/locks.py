@@ -118,9 +118,11 @@ class LockBase(Handle, Primitive):
         """The release script's ARGV for this holder's next release.
 
         The holder's own depth decides which release is the last, not the
-        count in Redis: a nested acquire that timed out (its blocking_timeout
-        passed with Redis hung) may still have been counted there once Redis
-        answered, and the holder's last release must free the lock anyway.
+        count in Redis, which can be one off either way: a nested acquire that
+        timed out (Redis hung) may have been counted once Redis answered, and
+        a release whose reply was lost may have been counted though the
+        holder keeps its level. The last release frees the lock anyway, and
+        an inner one never does (``scripts/lock_release.lua``).
         """
         if holding.depth > 1:
             return LOCK_RELEASE.args_of(token=holding.token)
@@ -179,9 +181,9 @@ class LockBase(Handle, Primitive):
     ) -> Generator[Step, Any, AcquireResult]:
         """Acquire: held, or refused with the server's retry hint."""
         settings = resolved.settings
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         hold_key = self._hold_key(resolved.alias, resolved.keys[0])
         holding = self._reentry(hold_key)
-        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         begun = time.monotonic()
         deadline = None if budget is None else begun + budget
         if holding is not None and (

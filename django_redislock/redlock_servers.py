@@ -81,7 +81,9 @@ def lock_call(
         )
         return Call(script, LOCK_ACQUIRE.keys_of(named), args)
     if script is LOCK_RELEASE:
-        return Call(script, LOCK_RELEASE.keys_of(named), LOCK_RELEASE.args_of(token=token))
+        # a Redlock hold has one level (no nesting): its release is always the last
+        args = LOCK_RELEASE.args_of(token=token, final=1)
+        return Call(script, LOCK_RELEASE.keys_of(named), args)
     if script is LOCK_EXTEND:
         return Call(
             script, LOCK_EXTEND.keys_of(named), LOCK_EXTEND.args_of(token=token, lease_ms=lease_ms)

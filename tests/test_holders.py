@@ -203,7 +203,7 @@ def test_the_holders_last_release_frees_the_lock_whatever_redis_counted(
     key = "redislock:{counted-late}:lock"
     outer = Lock("counted-late", timeout=30)
     assert outer.acquire()
-    with Lock("counted-late"):  # a nest that worked: depth 2 here, count 2 in Redis
+    with Lock("counted-late"):  # a nest and its release: back to depth 1, count 1
         pass
     token, rest = redis_client.get(key).decode().split(":", 1)
     waiters, count, tail = rest.split(":", 2)
@@ -219,4 +219,25 @@ def test_the_holders_last_release_frees_the_lock_whatever_redis_counted(
             assert taken.result(10)  # handed on at once, not after the 30 s lease
             assert redis_client.get(key).decode().split(":", 1)[0] != token
             waiter.submit(waiter_lock.release).result(10)
+    assert not redis_client.exists(key)
+
+
+def test_an_inner_release_never_frees_the_lock_whatever_redis_counted(
+    redis_client: redis.Redis,
+) -> None:
+    """A release Redis ran but whose reply was lost leaves Redis's count one
+    below the holder's depth: the next inner release must keep the lock."""
+    key = "redislock:{counted-twice}:lock"
+    outer = Lock("counted-twice", timeout=30)
+    assert outer.acquire()
+    inner = Lock("counted-twice")
+    assert inner.acquire()  # depth 2, count 2
+    token, rest = redis_client.get(key).decode().split(":", 1)
+    waiters, _, tail = rest.split(":", 2)
+    # what a lost release reply leaves: one level less in Redis than the holder has
+    redis_client.set(key, f"{token}:{waiters}:1:{tail}", keepttl=True)
+    inner.release()  # not the last level: the lock stays this holder's
+    assert redis_client.get(key).decode().startswith(token + ":")
+    assert refused_elsewhere("counted-twice")
+    outer.release()
     assert not redis_client.exists(key)
