@@ -20,7 +20,7 @@ from .base import AsyncPrimitive
 from .drivers import AsyncConnection
 from .holders import Registry, current_task, task_registry
 from .holding import Holding, current_pid
-from .locks import LockBase
+from .lock_steps import LockBase
 from .protocol import AcquireResult
 from .scripts import LOCK_RELEASE
 from .state import parse_lock_value

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .exceptions import LockBackendError
-from .locks import ACQUIRED, acquire_reply
+from .lock_steps import ACQUIRED, acquire_reply
 from .protocol import HELD, REFUSED, Call, FanOut, Outcome, Pause, QuorumStep
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from django_redislock import AsyncLock, Lock, LockLostError
 from django_redislock import backend as lock_backend
 from django_redislock.cluster import ClusterClient, parse_startup_nodes
 from django_redislock.inspection import clear, describe, list_held
-from django_redislock.locks import LockBase
+from django_redislock.lock_steps import LockBase
 from tests.cluster import RedisClusterNodes, cluster_cache
 from tests.holders import OtherThread
 from tests.procs import processes

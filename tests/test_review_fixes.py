@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_redislock import AsyncLock, Lock, async_locks, locks
+from django_redislock import AsyncLock, Lock, async_locks, lock_steps
 from django_redislock import signals as lock_signals
 from django_redislock.scripts import Script
 from django_redislock.watchdog import watchdog
@@ -23,7 +23,7 @@ def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
 
     async def ran_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
         result = await real_run(self, script, keys, args)
-        if script is locks.LOCK_ACQUIRE:
+        if script is lock_steps.LOCK_ACQUIRE:
             raise asyncio.CancelledError
         return result
 
@@ -99,7 +99,7 @@ def test_an_acquire_interrupted_after_the_grant_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Redis granted it... but the caller never learned
-    monkeypatch.setattr(locks, "LOCK_ACQUIRE", RanThenInterrupted(locks.LOCK_ACQUIRE))
+    monkeypatch.setattr(lock_steps, "LOCK_ACQUIRE", RanThenInterrupted(lock_steps.LOCK_ACQUIRE))
     with pytest.raises(KeyboardInterrupt):
         Lock("interrupted").acquire()
     monkeypatch.undo()
@@ -174,7 +174,7 @@ def test_an_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
     holder = Lock("queued-unawares")
     other_thread(holder.acquire)
     # refused, and queued... but the caller never learned
-    monkeypatch.setattr(locks, "LOCK_ACQUIRE", RanThenInterrupted(locks.LOCK_ACQUIRE))
+    monkeypatch.setattr(lock_steps, "LOCK_ACQUIRE", RanThenInterrupted(lock_steps.LOCK_ACQUIRE))
     with pytest.raises(KeyboardInterrupt):
         Lock("queued-unawares", blocking_timeout=10).acquire()
     monkeypatch.undo()
