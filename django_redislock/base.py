@@ -113,7 +113,7 @@ class Resolved:
 _RESOLVED: dict[tuple[type, str, tuple[object, ...]], Resolved] = {}
 
 
-class Primitive(Options):
+class Primitive(signals.Announcer, Options):
     """Options and Redis plumbing common to every primitive.
 
     Options left as ``None`` are read from ``REDISLOCK`` at each acquire, so a
@@ -183,39 +183,6 @@ class Primitive(Options):
 
     def _settings(self) -> LockSettings:
         return get_settings()
-
-    # signals: the keyword arguments are built only when someone listens
-
-    def _announce_acquired(self, waited: float, fencing_token: int | None) -> None:
-        if signals.wanted(signals.lock_acquired):
-            signals.notify(
-                signals.lock_acquired,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=waited,
-                fencing_token=fencing_token,
-            )
-
-    def _announce_released(self, holding: Holding) -> None:
-        if signals.wanted(signals.lock_released):
-            signals.notify(
-                signals.lock_released,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                held=time.monotonic() - holding.acquired_at,
-            )
-
-    def _announce_contended(self, begun: float) -> None:
-        if signals.wanted(signals.lock_contended):
-            signals.notify(
-                signals.lock_contended,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=time.monotonic() - begun,
-            )
 
     def _client(self, settings: LockSettings) -> Any:
         return backend.get_client(self.using or settings.cache)

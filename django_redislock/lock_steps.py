@@ -127,7 +127,7 @@ class LockBase(Handle, Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        self._announce_released(holding)
+        self._announce_released(holding.acquired_at)
 
     def _release_failed(self, holding: Holding) -> None:
         """Redis could not be told: stop renewing, so the lease frees the lock."""

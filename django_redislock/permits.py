@@ -216,7 +216,7 @@ class PermitBase(Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        self._announce_released(holding)
+        self._announce_released(holding.acquired_at)
 
     def _describe_keys(self) -> tuple[Any, list[str]]:
         settings = self._settings()

@@ -61,7 +61,7 @@ def _check_aliases(using: object) -> tuple[str, ...] | None:
     return aliases
 
 
-class Redlock(Options):
+class Redlock(signals.Announcer, Options):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
 
     Use it when no single Redis (even with Sentinel) may decide alone: the
@@ -166,13 +166,7 @@ class Redlock(Options):
         )
         outcome = drivers.run_quorum(quorum_acquire(attempt), servers)
         if not outcome.held:
-            signals.notify(
-                signals.lock_contended,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=time.monotonic() - begun,
-            )
+            self._announce_contended(begun)
             return AcquireResult.refused(outcome.value)
         holding = RedlockHolding(
             servers=servers,
@@ -194,14 +188,7 @@ class Redlock(Options):
         self._local.holding = holding
         if self.auto_renew if self.auto_renew is not None else settings.auto_renew:
             watchdog.watch(holding)
-        signals.notify(
-            signals.lock_acquired,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            waited=waited,
-            fencing_token=None,
-        )
+        self._announce_acquired(waited, None)
 
     # fencing ------------------------------------------------------------------------
 
@@ -266,13 +253,7 @@ class Redlock(Options):
             raise self._lost(holding)
         if released < needed:
             raise too_few_error(self.name, results, "release")
-        signals.notify(
-            signals.lock_released,
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            held=time.monotonic() - holding.acquired_at,
-        )
+        self._announce_released(holding.acquired_at)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease from now on, on every server (see ``Lock.extend``)."""

@@ -18,6 +18,7 @@ never propagate into the lock: see ``notify``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -73,4 +74,45 @@ def notify(signal: Signal, sender: type, **kwargs: Any) -> None:
         if isinstance(result, Exception):
             logger.error(
                 "A receiver of a django-redislock signal failed: %r", receiver, exc_info=result
+            )
+
+
+class Announcer:
+    """A primitive's ``lock_acquired``, ``lock_released`` and ``lock_contended``,
+    written once for every primitive and Redlock; the keyword arguments are
+    built only when someone listens (``wanted``)."""
+
+    name: str
+    kind: str
+
+    def _announce_acquired(self, waited: float, fencing_token: int | None) -> None:
+        if wanted(lock_acquired):
+            notify(
+                lock_acquired,
+                sender=type(self),
+                name=self.name,
+                kind=self.kind,
+                waited=waited,
+                fencing_token=fencing_token,
+            )
+
+    def _announce_released(self, acquired_at: float) -> None:
+        """``acquired_at``: the hold's ``time.monotonic()`` when it was taken."""
+        if wanted(lock_released):
+            notify(
+                lock_released,
+                sender=type(self),
+                name=self.name,
+                kind=self.kind,
+                held=time.monotonic() - acquired_at,
+            )
+
+    def _announce_contended(self, begun: float) -> None:
+        if wanted(lock_contended):
+            notify(
+                lock_contended,
+                sender=type(self),
+                name=self.name,
+                kind=self.kind,
+                waited=time.monotonic() - begun,
             )
