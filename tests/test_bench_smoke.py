@@ -85,3 +85,20 @@ def test_semaphore_bench_reports_every_contender_against_the_floor() -> None:
     redis_rows = [line for line in lines if "Redis top" in line]
     assert [row.split()[0] for row in redis_rows] == ["Semaphore", "Sem/use", "seed", "raw"]
     assert "1.00x floor   all" in redis_rows[-1]  # the floor against itself
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="the probe starts its own redis-server")
+def test_script_cost_probe_runs_every_contender_on_its_fast_path() -> None:
+    completed = run_bench(
+        [sys.executable, "-m", "bench.script_cost", "--rounds", "2", "--cycles", "50", "--json"],
+        timeout=60,
+    )
+    assert completed.returncode == 0, completed.stderr  # it fails when a cycle left its fast path
+    data = json.loads(completed.stdout)
+    contenders = data["contenders"]
+    assert list(contenders)[:3] == ["floor", "least fair fenced", "Lock"]
+    assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)
+    for name, row in contenders.items():
+        assert row["min_us"] > 0 and row["median_us"] >= row["min_us"], name
+    # Redis 7 and Valkey 8 have FUNCTION; the FCALL contender runs the same scripts
+    assert "Lock (FCALL)" in contenders
