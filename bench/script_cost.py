@@ -2,30 +2,43 @@
 
 ``python -m bench`` measures a ``Lock``'s Redis time per cycle the way users
 call it. This asks the question under that number: how low can the server's
-time go for *any* lock that keeps this library's guarantees in one round trip
-per step, and does running the same scripts as Redis Functions (``FCALL``)
-change it? Each contender runs pipelined (so round trips and the client do
-not count; only ``INFO commandstats`` time), in interleaved rounds of
-``--cycles`` acquire+release cycles on one private server:
+time go for *any* lock that keeps this library's guarantees (fair, fenced,
+one round trip per acquire and per release), and does running the same
+scripts as Redis Functions (``FCALL``) change it? Only ``INFO commandstats``
+time counts, never the client's. Two groups, each against its own floor:
 
-- ``floor``: ``SET NX PX`` and an ``EVALSHA`` compare-and-delete, the floor of
-  ``python -m bench``;
-- ``least fair fenced``: the least any scripted fair, fenced lock can run: an
-  acquire script making only the three calls a fair and fenced acquire needs
-  (``EXISTS`` on the queue, ``INCR`` of the fence, ``SET NX PX``), and a release
-  script making only ``GET`` and ``DEL`` with an owner check;
-- ``Lock``: ``lock_acquire.lua`` and ``lock_release.lua`` with the arguments a
-  ``Lock`` sends (``EVALSHA``);
-- ``Lock (FCALL)``: the same two scripts loaded as one Functions library
-  (left out on a server without ``FUNCTION``).
+``Lock``
+  - ``floor``: ``SET NX PX`` and an ``EVALSHA`` compare-and-delete, the floor
+    of ``python -m bench``;
+  - ``least fair fenced``: an acquire script making only the three calls a
+    fair, fenced acquire needs (``EXISTS`` on the queue, ``INCR`` of the fence,
+    ``SET NX PX``) and a release script making only ``GET`` and ``DEL`` with an
+    owner check;
+  - ``Lock``: ``lock_acquire.lua`` and ``lock_release.lua`` with the arguments
+    a ``Lock`` sends (``EVALSHA``);
+  - ``Lock (FCALL)``: the same two scripts loaded as one Functions library
+    (left out on a server without ``FUNCTION``).
 
-Every cycle is uncontended and on the scripts' fast paths. Reported per
-contender: the minimum and the median over rounds of the server's µs per
-cycle and its ratio to the floor's (the minimum is the steadier one on a
-shared machine: noise only ever adds). ``REDISLOCK_SERVER=valkey`` runs it on
-``valkey-server`` (``tests/servers.py``).
+``Semaphore``
+  - ``floor``: a bare ``ZADD`` and ``ZREM``, the floor of
+    ``bench/bench_semaphore.py``;
+  - ``least scripted``: the same two commands, each in a script;
+  - ``least fair fenced``: an acquire script making only the four calls of
+    ``semaphore_acquire.lua``'s fast path (``EXISTS`` on holders and queue,
+    ``INCR``, ``ZADD``, ``PEXPIRE``) and a release script making only its two
+    (``ZSCORE``, ``DEL``);
+  - ``Semaphore``: ``semaphore_acquire.lua`` and ``permit_release.lua``.
 
-    python -m bench.script_cost [--rounds 60] [--cycles 1000] [--json]
+Every cycle is uncontended and on the scripts' fast paths; the probe fails if
+one is not. Contenders run in turn, ``--rounds`` times, ``--cycles`` each,
+pipelined (the server's time alone, packed) or with ``--sequential`` one round
+trip per command, as the benches send them (what their targets are measured
+on). Reported per contender: the minimum and the median over rounds of the
+server's µs per cycle, and their ratios to the floor's minimum and median
+(the minimum is the steadier one on a shared machine: noise only adds).
+``REDISLOCK_SERVER=valkey`` runs it on ``valkey-server`` (``tests/servers.py``).
+
+    python -m bench.script_cost [--rounds 60] [--cycles 1000] [--sequential] [--json]
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from bench.libs import LEASE_SECONDS, RAW_RELEASE
@@ -57,6 +71,9 @@ end
 return 0
 """
 
+#: A holder description as long as a real one (host:pid:thread).
+HOLDER = "web-1.example.com:12345:MainThread"
+
 #: The least an owner-checked release of such a value can do.
 LEAST_RELEASE = """
 local value = redis.call('GET', KEYS[1])
@@ -66,11 +83,49 @@ end
 return 0
 """
 
-#: One pipelined cycle: queue the cycle's acquire and release.
-Cycle = Callable[[Any], None]
-#: A contender: its cycle, the commands it sends per cycle by name, and what
-#: its release answers when it frees the lock (1: keys deleted; 0: holds left).
-Contender = tuple[Cycle, dict[str, int], int]
+#: The least a scripted semaphore can do: one script adding the holder, one removing it.
+BARE_PERMIT_ACQUIRE = "return redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])"
+BARE_PERMIT_RELEASE = "return redis.call('ZREM', KEYS[1], ARGV[1])"
+
+#: The least a fair, fenced semaphore permit can do in one script when nobody
+#: holds and nobody waits (what ``semaphore_acquire.lua``'s fast path does:
+#: the sole holder's lease is the key's TTL), and its release.
+LEAST_PERMIT_ACQUIRE = """
+if redis.call('EXISTS', KEYS[1], KEYS[3]) == 0 then
+  local fence = redis.call('INCR', KEYS[2])
+  redis.call('ZADD', KEYS[1], '+inf', ARGV[1] .. ':' .. fence)
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return fence
+end
+return 0
+"""
+LEAST_PERMIT_RELEASE = """
+if redis.call('ZSCORE', KEYS[1], ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+"""
+
+#: Where a block's fencing tokens start (a fence key set before each block,
+#: so a release knows its permit's member without a round trip).
+FENCE_BASE = 1000
+
+
+def _nothing(client: Any) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Contender:
+    """``cycle(pipe, i)`` queues the ``i``-th acquire+release of a block;
+    ``sends``: the commands it sends per cycle, by name; ``freed``: what its
+    release answers when it lets go; ``prepare(client)`` runs before each block."""
+
+    cycle: Callable[[Any, int], None]
+    sends: dict[str, int]
+    freed: int
+    prepare: Callable[[Any], None] = _nothing
 
 
 def functions_library(bodies: dict[str, str]) -> str:
@@ -86,38 +141,37 @@ def functions_library(bodies: dict[str, str]) -> str:
     return "\n".join(parts)
 
 
-def contenders(client: Any) -> dict[str, Contender]:
-    """Each contender's cycle and the commands it sends per cycle, by name."""
+def lock_contenders(client: Any) -> dict[str, Contender]:
+    """The floor, the least fair fenced lock, and ``Lock``'s scripts (``EVALSHA``, ``FCALL``)."""
     from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE, _read
 
     lease_ms = LEASE_SECONDS * 1000
     key = "redislock:{bench:script-cost}:lock"
     token = secrets.token_hex(16)
-    holder = "web-1.example.com:12345:MainThread"
     acquire_args = LOCK_ACQUIRE.args_of(
-        token=token, lease_ms=lease_ms, mode="wait", holder=holder,
+        token=token, lease_ms=lease_ms, mode="wait", holder=HOLDER,
         since_ms=int(time.time() * 1000), waiter_ttl_ms=6000, stats_ttl_ms=86_400_000,
     )  # fmt: skip
     release_args = LOCK_RELEASE.args_of(token=token, final=1)
     texts = (RAW_RELEASE, LEAST_ACQUIRE, LEAST_RELEASE, LOCK_ACQUIRE.text, LOCK_RELEASE.text)
     sha = {text: client.script_load(text) for text in texts}
 
-    def floor(pipe: Any) -> None:
+    def floor(pipe: Any, i: int) -> None:
         pipe.set(key, token, nx=True, px=lease_ms)
         pipe.evalsha(sha[RAW_RELEASE], 1, key, token)
 
-    def least(pipe: Any) -> None:
+    def least(pipe: Any, i: int) -> None:
         pipe.evalsha(sha[LEAST_ACQUIRE], 1, key, token, lease_ms)
         pipe.evalsha(sha[LEAST_RELEASE], 1, key, token)
 
-    def lock(pipe: Any) -> None:
+    def lock(pipe: Any, i: int) -> None:
         pipe.evalsha(sha[LOCK_ACQUIRE.text], 1, key, *acquire_args)
         pipe.evalsha(sha[LOCK_RELEASE.text], 1, key, *release_args)
 
-    found: dict[str, Contender] = {
-        "floor": (floor, {"set": 1, "evalsha": 1}, 1),
-        "least fair fenced": (least, {"evalsha": 2}, 1),
-        "Lock": (lock, {"evalsha": 2}, 0),
+    found = {
+        "floor": Contender(floor, {"set": 1, "evalsha": 1}, 1),
+        "least fair fenced": Contender(least, {"evalsha": 2}, 1),
+        "Lock": Contender(lock, {"evalsha": 2}, 0),
     }
     try:
         client.function_load(
@@ -130,31 +184,105 @@ def contenders(client: Any) -> dict[str, Contender]:
         print(f"no FCALL contender: {exc}", file=sys.stderr)
         return found
 
-    def lock_fcall(pipe: Any) -> None:
+    def lock_fcall(pipe: Any, i: int) -> None:
         pipe.fcall("acquire", 1, key, *acquire_args)
         pipe.fcall("release", 1, key, *release_args)
 
-    found["Lock (FCALL)"] = (lock_fcall, {"fcall": 2}, 0)
+    found["Lock (FCALL)"] = Contender(lock_fcall, {"fcall": 2}, 0)
     return found
 
 
-def measure(client: Any, rounds: int, cycles: int) -> dict[str, list[float]]:
+def semaphore_contenders(client: Any) -> dict[str, Contender]:
+    """The floor of ``bench/bench_semaphore.py`` (a bare ``ZADD`` and ``ZREM``),
+    the least scripted semaphore, the least fair fenced one, and ``Semaphore``'s scripts."""
+    from django_redislock.scripts import PERMIT_RELEASE, SEMAPHORE_ACQUIRE
+
+    lease_ms = LEASE_SECONDS * 1000
+    token = secrets.token_hex(16)
+    tail = f"5:{int(time.time() * 1000)}:{HOLDER}"  # limit 5, since_ms, holder
+
+    def keys(name: str) -> list[str]:
+        base = f"redislock:{{bench:{name}}}:"
+        return [base + part for part in ("sem", "fence", "queue", "deadlines")]
+
+    bare, least, ours = keys("bare"), keys("least"), keys("ours")
+    texts = (BARE_PERMIT_ACQUIRE, BARE_PERMIT_RELEASE, LEAST_PERMIT_ACQUIRE, LEAST_PERMIT_RELEASE)
+    sha = {text: client.script_load(text) for text in texts}
+
+    def fence_at_base(fence_key: str) -> Callable[[Any], None]:
+        return lambda client: client.set(fence_key, FENCE_BASE, px=10_000)
+
+    def floor(pipe: Any, i: int) -> None:
+        pipe.zadd(bare[0], {token: time.time()})
+        pipe.zrem(bare[0], token)
+
+    def bare_scripts(pipe: Any, i: int) -> None:
+        pipe.evalsha(sha[BARE_PERMIT_ACQUIRE], 1, bare[0], token, time.time())
+        pipe.evalsha(sha[BARE_PERMIT_RELEASE], 1, bare[0], token)
+
+    def least_fenced(pipe: Any, i: int) -> None:
+        pipe.evalsha(sha[LEAST_PERMIT_ACQUIRE], 3, *least[:3], token, lease_ms)
+        pipe.evalsha(sha[LEAST_PERMIT_RELEASE], 1, least[0], f"{token}:{FENCE_BASE + i + 1}")
+
+    acquire_args = SEMAPHORE_ACQUIRE.args_of(who=f"{token}:{tail}", lease_ms=lease_ms, wait_ms=6000)
+
+    def semaphore(pipe: Any, i: int) -> None:
+        pipe.evalsha(SEMAPHORE_ACQUIRE.sha, 4, *ours, *acquire_args)
+        member = f"{token}:{FENCE_BASE + i + 1}:{tail}"
+        release_keys = PERMIT_RELEASE.keys_of(
+            dict(zip(("holders", "fence", "queue", "deadlines"), ours, strict=True))
+        )
+        pipe.evalsha(PERMIT_RELEASE.sha, len(release_keys), *release_keys, member)
+
+    client.script_load(SEMAPHORE_ACQUIRE.text)
+    client.script_load(PERMIT_RELEASE.text)
+    return {
+        "floor": Contender(floor, {"zadd": 1, "zrem": 1}, 1),
+        "least scripted": Contender(bare_scripts, {"evalsha": 2}, 1),
+        "least fair fenced": Contender(least_fenced, {"evalsha": 2}, 1, fence_at_base(least[1])),
+        "Semaphore": Contender(semaphore, {"evalsha": 2}, 1, fence_at_base(ours[1])),
+    }
+
+
+class _Sequential:
+    """Stands in for a pipeline: runs each command at once, one round trip
+    each, and keeps the replies."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.replies: list[Any] = []
+
+    def __getattr__(self, command: str) -> Callable[..., None]:
+        run = getattr(self.client, command)
+        return lambda *args, **kwargs: self.replies.append(run(*args, **kwargs))
+
+
+def measure(
+    client: Any, contenders: dict[str, Contender], rounds: int, cycles: int, pipelined: bool
+) -> dict[str, list[float]]:
     """Per contender, the server's µs per cycle of each round (``top``: the
     commands sent, scripts' inner calls included once). Every acquire must
     take the lock and every release free it: a cycle off the fast path would
     measure something else."""
-    found = contenders(client)
     per_round: dict[str, list[float]] = collections.defaultdict(list)
     for _ in range(rounds):
-        for name, (cycle, sends, freed) in found.items():
-            pipe = client.pipeline(transaction=False)
-            for _ in range(cycles):
-                cycle(pipe)
+        for name, contender in contenders.items():
+            contender.prepare(client)
             reset(client)
-            replies = pipe.execute()
-            if not (all(replies[::2]) and set(replies[1::2]) == {freed}):
+            if pipelined:
+                pipe = client.pipeline(transaction=False)
+                for i in range(cycles):
+                    contender.cycle(pipe, i)
+                replies = pipe.execute()
+            else:
+                sequential = _Sequential(client)
+                for i in range(cycles):
+                    contender.cycle(sequential, i)
+                replies = sequential.replies
+            if not (all(replies[::2]) and set(replies[1::2]) == {contender.freed}):
                 raise RuntimeError(f"{name}: a cycle left its fast path: {replies[:4]}")
             spent = RedisTime()
+            sends = contender.sends
             sent = collections.Counter({command: n * cycles for command, n in sends.items()})
             spent.add(server_stats(client), sent, cycles)
             per_round[name].append(spent.top_usec / cycles)
@@ -174,16 +302,25 @@ def summarize(per_round: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     }
 
 
-def render(summary: dict[str, dict[str, float]], server: str) -> str:
-    lines = [
-        f"Redis time per uncontended cycle, pipelined, on {server}",
-        f"  {'contender':20s} {'min us':>8s} {'x floor':>8s} {'median us':>10s} {'x floor':>8s}",
-    ]
-    for name, row in summary.items():
+#: Each group of contenders, measured against its own floor.
+GROUPS: dict[str, Callable[[Any], dict[str, Contender]]] = {
+    "Lock": lock_contenders,
+    "Semaphore": semaphore_contenders,
+}
+
+
+def render(groups: dict[str, dict[str, dict[str, float]]], server: str, sequential: bool) -> str:
+    mode = "one round trip per command" if sequential else "pipelined"
+    lines = [f"Redis time per uncontended cycle, {mode}, on {server}"]
+    for group, summary in groups.items():
         lines.append(
-            f"  {name:20s} {row['min_us']:8.2f} {row['min_x_floor']:8.2f}"
-            f" {row['median_us']:10.2f} {row['median_x_floor']:8.2f}"
+            f"  {group:22s} {'min us':>8s} {'x floor':>8s} {'median us':>10s} {'x floor':>8s}"
         )
+        for name, row in summary.items():
+            lines.append(
+                f"    {name:20s} {row['min_us']:8.2f} {row['min_x_floor']:8.2f}"
+                f" {row['median_us']:10.2f} {row['median_x_floor']:8.2f}"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -192,6 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=60, help="interleaved rounds")
     parser.add_argument("--cycles", type=int, default=1000, help="cycles per contender and round")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument(
+        "--sequential",
+        action="store_true",
+        help="one round trip per command, as python -m bench sends them, instead of pipelined",
+    )
     args = parser.parse_args(argv)
     from tests.servers import RedisServer
 
@@ -200,13 +342,19 @@ def main(argv: list[str] | None = None) -> int:
         info = client.info("server")
         version = info.get("valkey_version") or info["redis_version"]
         name = f"{info.get('server_name', 'redis')} {version}"
-        summary = summarize(measure(client, args.rounds, args.cycles))
+        groups = {
+            group: summarize(
+                measure(client, found(client), args.rounds, args.cycles, not args.sequential)
+            )
+            for group, found in GROUPS.items()
+        }
         client.close()
     if args.json:
-        json.dump({"server": name, "contenders": summary}, sys.stdout, indent=2)
+        mode = "sequential" if args.sequential else "pipelined"
+        json.dump({"server": name, "mode": mode, "groups": groups}, sys.stdout, indent=2)
         sys.stdout.write("\n")
     else:
-        sys.stdout.write(render(summary, name))
+        sys.stdout.write(render(groups, name, args.sequential))
     return 0
 
 

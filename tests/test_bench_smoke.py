@@ -88,17 +88,22 @@ def test_semaphore_bench_reports_every_contender_against_the_floor() -> None:
 
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason="the probe starts its own redis-server")
-def test_script_cost_probe_runs_every_contender_on_its_fast_path() -> None:
-    completed = run_bench(
-        [sys.executable, "-m", "bench.script_cost", "--rounds", "2", "--cycles", "50", "--json"],
-        timeout=60,
-    )
+@pytest.mark.parametrize("mode", ["pipelined", "sequential"])
+def test_script_cost_probe_runs_every_contender_on_its_fast_path(mode: str) -> None:
+    command = [sys.executable, "-m", "bench.script_cost", "--rounds", "2", "--cycles", "30"]
+    if mode == "sequential":
+        command.append("--sequential")
+    completed = run_bench([*command, "--json"], timeout=60)
     assert completed.returncode == 0, completed.stderr  # it fails when a cycle left its fast path
     data = json.loads(completed.stdout)
-    contenders = data["contenders"]
-    assert list(contenders)[:3] == ["floor", "least fair fenced", "Lock"]
-    assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)
-    for name, row in contenders.items():
-        assert row["min_us"] > 0 and row["median_us"] >= row["min_us"], name
+    assert data["mode"] == mode
+    groups = data["groups"]
     # Redis 7 and Valkey 8 have FUNCTION; the FCALL contender runs the same scripts
-    assert "Lock (FCALL)" in contenders
+    assert list(groups["Lock"]) == ["floor", "least fair fenced", "Lock", "Lock (FCALL)"]
+    assert list(groups["Semaphore"]) == [
+        "floor", "least scripted", "least fair fenced", "Semaphore"
+    ]  # fmt: skip
+    for contenders in groups.values():
+        assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)
+        for name, row in contenders.items():
+            assert row["min_us"] > 0 and row["median_us"] >= row["min_us"], name
