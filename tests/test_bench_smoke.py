@@ -107,3 +107,27 @@ def test_script_cost_probe_runs_every_contender_on_its_fast_path(mode: str) -> N
         assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)
         for name, row in contenders.items():
             assert row["min_us"] > 0 and row["median_us"] >= row["min_us"], name
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="the probe starts its own redis-server")
+def test_client_cost_probe_splits_the_gap_to_the_floor() -> None:
+    command = [sys.executable, "-m", "bench.client_cost", "--rounds", "3", "--cycles", "50"]
+    completed = run_bench([*command, "--json"], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    data = json.loads(completed.stdout)
+    rows = data["contenders"]
+    assert list(rows) == [
+        "floor", "redis-py Lock", "Lock's scripts, bare", "Lock", "Lock, canned replies",
+        "floor + Lock canned",
+    ]  # fmt: skip
+    assert rows["floor"]["x_floor"] == pytest.approx(1.0)
+    for name, row in rows.items():
+        assert row["median_us"] > 0, name
+    # the canned cycle makes no round trip: faster than the floor's two
+    assert rows["Lock, canned replies"]["median_us"] < rows["floor"]["median_us"]
+    assert set(data["split_us"]) == {
+        "gap to the floor",
+        "transport and server (scripts bare - floor)",
+        "own Python alone (canned)",
+        "own Python between round trips (floor + canned - floor)",
+    }
