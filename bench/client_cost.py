@@ -13,16 +13,21 @@ uncontended cycle, in the same process and interleaved rounds:
 - ``Lock``: ``with Lock(name, timeout=30, blocking_timeout=5):``, as the bench
   and a view write it;
 - ``Lock, canned replies``: the same with every script call answered at once
-  by the reply Redis would give (``Script.__call__`` patched for that name
-  only, in this process only): the library's own Python, no I/O;
+  by the reply Redis would give (``Script.__call__`` patched for that name's
+  lock key, in this process only): the library's own Python, without a round
+  trip (its counters still reach Redis in the background flush, once a second,
+  as any ``Lock``'s do);
 - ``floor + Lock canned``: one floor cycle, then one canned ``Lock`` cycle:
   what that Python costs in wall time when it runs between real round trips,
   as it does in a real ``Lock`` cycle.
 
-Reported per contender: the median over rounds of the µs per cycle, and its
-ratio to the floor. Then the split of ``Lock``'s gap to the floor: transport
-and server (scripts bare - floor), own Python alone (canned), and own Python
-between round trips (floor + canned - floor).
+Reported per contender: the median over rounds of the µs per cycle and, as
+``python -m bench`` reports ``x raw``, the median over rounds of the floor's
+µs per cycle divided by the contender's in the same round (a cycles/s ratio;
+none for the canned cycle, which has no round trip to compare). Then
+``Lock``'s gap to the floor, split into its commands' share (scripts bare -
+floor), its own Python's between round trips (floor + canned - floor) and
+what is left (noise, mostly); and that Python's cost on its own (canned).
 
     python -m bench.client_cost [--rounds 15] [--cycles 2000] [--json]
 """
@@ -49,18 +54,24 @@ CANNED_FENCE = 1_732_000_000_000_000
 
 
 @contextmanager
-def canned_replies() -> Iterator[None]:
-    """Answer ``CANNED``'s script calls at once, as a free lock's would be
-    answered; every other name goes to Redis as before."""
+def canned_replies(canned_key: bytes) -> Iterator[None]:
+    """Answer the script calls on ``canned_key`` (a lock key) at once, as a
+    free lock's would be answered; every other call goes to Redis as before."""
     from django_redislock import scripts
 
     real = scripts.Script.__call__
-    acquire = scripts.LOCK_ACQUIRE
+    replies = {
+        scripts.LOCK_ACQUIRE: CANNED_FENCE,  # held, with this fencing token
+        scripts.LOCK_RELEASE: 0,  # released: no level left
+        scripts.LOCK_EXTEND: 1,  # renewed
+    }
 
     def answer(script: Any, client: Any, keys: Any, args: Any) -> Any:
-        if CANNED in str(keys[0]):
-            return CANNED_FENCE if script is acquire else 0  # released, count 0
-        return real(script, client, keys, args)
+        if keys[0] != canned_key:
+            return real(script, client, keys, args)
+        if script not in replies:
+            raise RuntimeError(f"no canned reply for {script.name}")
+        return replies[script]
 
     scripts.Script.__call__ = answer  # type: ignore[method-assign]
     try:
@@ -69,8 +80,18 @@ def canned_replies() -> Iterator[None]:
         scripts.Script.__call__ = real  # type: ignore[method-assign]
 
 
+def canned_key() -> bytes:
+    """The lock key ``CANNED``'s scripts are sent, as ``Lock`` sends it."""
+    from django_redislock import Lock
+    from django_redislock.scripts import LOCK_ACQUIRE
+
+    key: bytes = Lock(CANNED)._resolve().keys_for(LOCK_ACQUIRE)[0]
+    return key
+
+
 def contenders(client: Any) -> dict[str, Callable[[], None]]:
     from django_redislock import Lock
+    from django_redislock.base import WAITER_GRACE_MS
     from django_redislock.holding import holder_description
     from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 
@@ -80,12 +101,15 @@ def contenders(client: Any) -> dict[str, Callable[[], None]]:
     acquire_sha = client.script_load(LOCK_ACQUIRE.text)
     release_sha = client.script_load(LOCK_RELEASE.text)
     holder = holder_description()
+    resolved = Lock("bench:client-cost:lock")._resolve()
+    waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS  # as Lock sends it
 
     def bare() -> None:
         token = secrets.token_hex(16)
         acquire_args = LOCK_ACQUIRE.args_of(
             token=token, lease_ms=LEASE_SECONDS * 1000, mode="wait", holder=holder,
-            since_ms=int(time.time() * 1000), waiter_ttl_ms=10_500, stats_ttl_ms=3_600_000,
+            since_ms=int(time.time() * 1000), waiter_ttl_ms=waiter_ttl_ms,
+            stats_ttl_ms=resolved.settings.stats_ttl_ms,
         )  # fmt: skip
         if client.evalsha(acquire_sha, 1, key, *acquire_args) <= 0:
             raise RuntimeError("Lock's acquire script did not take a free lock")
@@ -114,7 +138,7 @@ def contenders(client: Any) -> dict[str, Callable[[], None]]:
 
 
 def measure(cycles: dict[str, Callable[[], None]], rounds: int, n: int) -> dict[str, list[float]]:
-    """µs per cycle of each contender in each round; one warm-up block first."""
+    """µs per cycle of each contender in each round, after up to 200 warm-up cycles each."""
     for cycle in cycles.values():
         for _ in range(min(n, 200)):
             cycle()
@@ -131,19 +155,27 @@ def measure(cycles: dict[str, Callable[[], None]], rounds: int, n: int) -> dict[
 def summarize(per_round: dict[str, list[float]]) -> dict[str, Any]:
     median = {name: statistics.median(times) for name, times in per_round.items()}
     floor = median["floor"]
+
+    def x_floor(name: str) -> float | None:
+        if name == "Lock, canned replies":
+            return None
+        pairs = zip(per_round["floor"], per_round[name], strict=True)
+        return statistics.median(f / us for f, us in pairs)
+
+    gap = median["Lock"] - floor
+    commands = median["Lock's scripts, bare"] - floor
+    python = median["floor + Lock canned"] - floor
     return {
         "contenders": {
-            name: {"median_us": us, "x_floor": floor / us if us else 0.0}
-            for name, us in median.items()
+            name: {"median_us": us, "x_floor": x_floor(name)} for name, us in median.items()
         },
+        "gap_us": gap,
         "split_us": {
-            "gap to the floor": median["Lock"] - floor,
-            "transport and server (scripts bare - floor)": median["Lock's scripts, bare"] - floor,
-            "own Python alone (canned)": median["Lock, canned replies"],
-            "own Python between round trips (floor + canned - floor)": (
-                median["floor + Lock canned"] - floor
-            ),
+            "commands (scripts bare - floor)": commands,
+            "own Python between round trips (floor + canned - floor)": python,
+            "rest": gap - commands - python,
         },
+        "own_python_alone_us": median["Lock, canned replies"],
     }
 
 
@@ -151,10 +183,12 @@ def render(summary: dict[str, Any], server: str, rounds: int, n: int) -> str:
     lines = [f"Wall time per uncontended cycle, median of {rounds} rounds x {n}, on {server}"]
     lines.append(f"  {'contender':28s} {'us':>8s} {'x floor':>8s}  (cycles/s ratio)")
     for name, row in summary["contenders"].items():
-        lines.append(f"  {name:28s} {row['median_us']:8.1f} {row['x_floor']:8.2f}")
-    lines.append("Lock's gap to the floor, split:")
+        ratio = "" if row["x_floor"] is None else f"{row['x_floor']:8.2f}"
+        lines.append(f"  {name:28s} {row['median_us']:8.1f} {ratio}")
+    lines.append(f"Lock's gap to the floor, {summary['gap_us']:.1f} us, split:")
     for name, us in summary["split_us"].items():
         lines.append(f"  {name:58s} {us:7.1f} us")
+    lines.append(f"Lock's own Python alone (canned): {summary['own_python_alone_us']:.1f} us")
     return "\n".join(lines) + "\n"
 
 
@@ -178,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         info = client.info("server")
         version = info.get("valkey_version") or info["redis_version"]
         name = f"{info.get('server_name', 'redis')} {version}"
-        with canned_replies():
+        with canned_replies(canned_key()):
             summary = summarize(measure(contenders(client), args.rounds, args.cycles))
     if args.json:
         json.dump({"server": name, **summary}, sys.stdout, indent=2)

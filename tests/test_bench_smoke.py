@@ -121,13 +121,16 @@ def test_client_cost_probe_splits_the_gap_to_the_floor() -> None:
         "floor + Lock canned",
     ]  # fmt: skip
     assert rows["floor"]["x_floor"] == pytest.approx(1.0)
+    assert rows["Lock, canned replies"]["x_floor"] is None  # no round trip to compare
     for name, row in rows.items():
         assert row["median_us"] > 0, name
     # the canned cycle makes no round trip: faster than the floor's two
     assert rows["Lock, canned replies"]["median_us"] < rows["floor"]["median_us"]
-    assert set(data["split_us"]) == {
-        "gap to the floor",
-        "transport and server (scripts bare - floor)",
-        "own Python alone (canned)",
+    assert data["own_python_alone_us"] == rows["Lock, canned replies"]["median_us"]
+    split = data["split_us"]
+    assert list(split) == [
+        "commands (scripts bare - floor)",
         "own Python between round trips (floor + canned - floor)",
-    }
+        "rest",
+    ]
+    assert sum(split.values()) == pytest.approx(data["gap_us"])
