@@ -45,7 +45,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from bench.libs import BLOCKING_TIMEOUT, LEASE_SECONDS, _raw_per_use, _redispy_per_use
+from bench.libs import LEASE_SECONDS, _raw_per_use, _redislock_per_use, _redispy_per_use
 
 #: The name whose script calls get canned replies.
 CANNED = "bench:client-cost:canned"
@@ -115,13 +115,8 @@ def contenders(client: Any) -> dict[str, Callable[[], None]]:
             raise RuntimeError("Lock's acquire script did not take a free lock")
         client.evalsha(release_sha, 1, key, *LOCK_RELEASE.args_of(token=token, final=1))
 
-    def lock() -> None:
-        with Lock("bench:client-cost:lock", timeout=LEASE_SECONDS, blocking_timeout=5):
-            pass
-
-    def canned() -> None:
-        with Lock(CANNED, timeout=LEASE_SECONDS, blocking_timeout=BLOCKING_TIMEOUT):
-            pass
+    lock = _redislock_per_use(client, "bench:client-cost:lock")  # as python -m bench
+    canned = _redislock_per_use(client, CANNED)
 
     def floor_then_canned() -> None:
         floor()
@@ -198,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=2000, help="cycles per contender and round")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    from tests.servers import RedisServer
+    from tests.servers import RedisServer, server_name
 
     with RedisServer() as server:
         os.environ["REDISLOCK_BENCH_REDIS_URL"] = server.url
@@ -209,9 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         from django_redis import get_redis_connection
 
         client = get_redis_connection("default")
-        info = client.info("server")
-        version = info.get("valkey_version") or info["redis_version"]
-        name = f"{info.get('server_name', 'redis')} {version}"
+        name = server_name(client)
         with canned_replies(canned_key()):
             summary = summarize(measure(contenders(client), args.rounds, args.cycles))
     if args.json:

@@ -335,13 +335,11 @@ def main(argv: list[str] | None = None) -> int:
         help="one round trip per command, as python -m bench sends them, instead of pipelined",
     )
     args = parser.parse_args(argv)
-    from tests.servers import RedisServer
+    from tests.servers import RedisServer, server_name
 
     with RedisServer() as server:
         client = server.client()
-        info = client.info("server")
-        version = info.get("valkey_version") or info["redis_version"]
-        name = f"{info.get('server_name', 'redis')} {version}"
+        name = server_name(client)
         groups = {
             group: summarize(
                 measure(client, found(client), args.rounds, args.cycles, not args.sequential)
