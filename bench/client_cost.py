@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import secrets
 import statistics
 import sys
@@ -46,6 +45,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from bench.libs import LEASE_SECONDS, _raw_per_use, _redislock_per_use, _redispy_per_use
+from bench.workers import setup_django
 
 #: The name whose script calls get canned replies.
 CANNED = "bench:client-cost:canned"
@@ -196,11 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.servers import RedisServer, server_name
 
     with RedisServer() as server:
-        os.environ["REDISLOCK_BENCH_REDIS_URL"] = server.url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-        import django
-
-        django.setup()
+        setup_django(server.url)
         from django_redis import get_redis_connection
 
         client = get_redis_connection("default")

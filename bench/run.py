@@ -21,7 +21,7 @@ from typing import Any
 from bench.libs import LIBRARIES
 from bench.report import Thresholds, render, summarize_contended, targets
 from bench.uncontended import measure_uncontended, rotated
-from bench.workers import Command, worker_main
+from bench.workers import Command, setup_django, worker_main
 
 DEFAULTS = {"rounds": 15, "cycles": 300, "processes": 8, "contended_rounds": 2, "duration": 1.0}
 QUICK = {"rounds": 3, "cycles": 100, "processes": 8, "contended_rounds": 1, "duration": 0.3}
@@ -143,11 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.servers import RedisServer
 
     with RedisServer() as server:
-        os.environ["REDISLOCK_BENCH_REDIS_URL"] = server.url
-        os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
-        import django
-
-        django.setup()
+        setup_django(server.url)
         redis_version = server.client().info("server")["redis_version"]
         began = time.monotonic()
         pid = server.process.pid if server.process is not None else None

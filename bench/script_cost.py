@@ -225,13 +225,13 @@ def semaphore_contenders(client: Any) -> dict[str, Contender]:
         pipe.evalsha(sha[LEAST_PERMIT_RELEASE], 1, least[0], f"{token}:{FENCE_BASE + i + 1}")
 
     acquire_args = SEMAPHORE_ACQUIRE.args_of(who=f"{token}:{tail}", lease_ms=lease_ms, wait_ms=6000)
+    release_keys = PERMIT_RELEASE.keys_of(
+        dict(zip(("holders", "fence", "queue", "deadlines"), ours, strict=True))
+    )
 
     def semaphore(pipe: Any, i: int) -> None:
         pipe.evalsha(SEMAPHORE_ACQUIRE.sha, 4, *ours, *acquire_args)
         member = f"{token}:{FENCE_BASE + i + 1}:{tail}"
-        release_keys = PERMIT_RELEASE.keys_of(
-            dict(zip(("holders", "fence", "queue", "deadlines"), ours, strict=True))
-        )
         pipe.evalsha(PERMIT_RELEASE.sha, len(release_keys), *release_keys, member)
 
     client.script_load(SEMAPHORE_ACQUIRE.text)

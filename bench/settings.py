@@ -1,7 +1,7 @@
 """Minimal Django settings for the benchmark: the default cache is the private server.
 
-``bench.run`` sets ``REDISLOCK_BENCH_REDIS_URL`` before Django is set up, in
-the coordinator and (through the environment) in every worker process.
+``bench.workers.setup_django`` sets ``REDISLOCK_BENCH_REDIS_URL`` before Django
+is set up, in the coordinator, every worker process and the probes.
 """
 
 from __future__ import annotations

@@ -30,14 +30,20 @@ class Command:
     end_at: float
 
 
-def worker_main(
-    index: int, url: str, commands: Any, results: Any, holds: Any
-) -> None:  # pragma: no cover - runs in a spawned process
+def setup_django(url: str) -> None:
+    """Point ``bench.settings``' default cache at the private server at ``url``
+    and set Django up: the coordinator, every worker and the probes alike."""
     os.environ["REDISLOCK_BENCH_REDIS_URL"] = url
     os.environ["DJANGO_SETTINGS_MODULE"] = "bench.settings"
     import django
 
     django.setup()
+
+
+def worker_main(
+    index: int, url: str, commands: Any, results: Any, holds: Any
+) -> None:  # pragma: no cover - runs in a spawned process
+    setup_django(url)
     import redis
 
     from bench.libs import LIBRARIES
