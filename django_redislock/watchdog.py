@@ -95,12 +95,17 @@ class Watchdog:
             self._watched.pop(id(holding), None)
 
     def watching(self) -> int:
-        return len(self._watched)
+        """How many holdings are renewed: a dropped one counts no more, even
+        before the thread's next pass forgets it."""
+        with self._lock:
+            return sum(1 for ref, _ in self._watched.values() if ref() is not None)
 
     def _run(self) -> None:
+        # This frame sleeps between passes, so it never binds a holding itself:
+        # a holding it kept in hand while waiting would never be freed, and a
+        # dropped hold would be renewed forever instead of running out.
         idle_since: float | None = None
         while True:
-            due_now: list[Renewable] = []
             with self._cond:
                 now = time.monotonic()
                 if not self._watched:
@@ -114,25 +119,38 @@ class Watchdog:
                     self._cond.wait(self._wake_at - now)
                     continue
                 idle_since = None
-                earliest = float("inf")
-                for key, (ref, due) in list(self._watched.items()):
-                    holding = ref()
-                    if holding is None:
-                        del self._watched[key]
-                    elif due <= now:
-                        due_now.append(holding)
-                    else:
-                        earliest = min(earliest, due)
-                if not due_now:
-                    self._wake_at = earliest
-                    if earliest != float("inf"):
-                        self._cond.wait(earliest - now)
+                if not self._wait_for_due(now):
                     continue
-            for holding in due_now:
-                try:
-                    self._renew(holding)
-                except Exception:  # the thread renews every lease: it must survive anything
-                    logger.exception("Lease renewal crashed")
+            self._renew_all()
+
+    def _wait_for_due(self, now: float) -> bool:
+        """``True`` if a lease is due; else wait (under ``_cond``) until the
+        earliest is, and ``False``. Forgets the holdings that were dropped."""
+        earliest = float("inf")
+        for key, (ref, due) in list(self._watched.items()):
+            if ref() is None:
+                del self._watched[key]
+            elif due <= now:
+                return True
+            else:
+                earliest = min(earliest, due)
+        self._wake_at = earliest
+        if earliest != float("inf"):
+            self._cond.wait(earliest - now)
+        return False
+
+    def _renew_all(self) -> None:
+        """Renew what is due; the holdings it takes in hand die with this frame."""
+        now = time.monotonic()
+        with self._lock:
+            due_now = [ref() for ref, due in list(self._watched.values()) if due <= now]
+        for holding in due_now:
+            if holding is None:
+                continue
+            try:
+                self._renew(holding)
+            except Exception:  # the thread renews every lease: it must survive anything
+                logger.exception("Lease renewal crashed")
 
     def _renew(self, holding: Renewable) -> None:
         started = time.monotonic()

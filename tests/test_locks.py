@@ -208,6 +208,35 @@ def test_a_dropped_hold_stops_renewal_and_is_forgotten(redis_client: redis.Redis
         Lock("dropped").release()  # no handle, no hold: the thread forgot it
 
 
+def test_a_hold_dropped_after_a_renewal_is_not_kept_alive_by_the_watchdog(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watchdog's thread must not keep a reference to what it renewed while
+    it sleeps: a dropped hold would be renewed forever, never running out."""
+    import weakref
+
+    from django_redislock.holding import Holding
+
+    renewed = threading.Event()
+    renew = Holding.renew
+
+    def observed_renew(self: Holding) -> bool:
+        try:
+            return renew(self)
+        finally:
+            renewed.set()
+
+    monkeypatch.setattr(Holding, "renew", observed_renew)
+    lock = Lock("dropped-after-renewal", timeout=0.3)
+    lock.acquire()
+    freed = threading.Event()
+    ref = weakref.ref(lock._holding(), lambda _: freed.set())
+    assert renewed.wait(5)  # the watchdog's thread has had the holding in hand
+    del lock
+    assert freed.wait(5), "the watchdog's thread keeps a dropped hold alive"
+    assert ref() is None
+
+
 def test_watchdog_keeps_lease_alive_past_timeout() -> None:
     lock = Lock("long", timeout=0.3, auto_renew=True)
     with lock:
