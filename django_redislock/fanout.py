@@ -113,15 +113,22 @@ class _Pool:
 
     def _work(self) -> None:
         while (job := self._next()) is not None:
-            batch, index, client, script, keys, args = job
-            if batch.abandoned:
-                result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
-            else:
-                try:
-                    result = script(client, keys, args)
-                except Exception as exc:  # handed to the caller, which decides
-                    result = exc
-            batch.finish(index, result)
+            self._do(job)
+            # This frame idles in _next for up to IDLE_EXIT: it must not keep the
+            # last job (or an error whose traceback reaches a holding) alive.
+            job = None
+
+    @staticmethod
+    def _do(job: _Job) -> None:
+        batch, index, client, script, keys, args = job
+        if batch.abandoned:
+            result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
+        else:
+            try:
+                result = script(client, keys, args)
+            except Exception as exc:  # handed to the caller, which decides
+                result = exc
+        batch.finish(index, result)
 
 
 class Servers:

@@ -140,17 +140,22 @@ class Watchdog:
         return False
 
     def _renew_all(self) -> None:
-        """Renew what is due; the holdings it takes in hand die with this frame."""
+        """Renew what is due, each taken in hand only for its own renewal: one
+        dropped while another's renewal waits on Redis is not renewed again."""
         now = time.monotonic()
         with self._lock:
-            due_now = [ref() for ref, due in list(self._watched.values()) if due <= now]
-        for holding in due_now:
-            if holding is None:
-                continue
-            try:
-                self._renew(holding)
-            except Exception:  # the thread renews every lease: it must survive anything
-                logger.exception("Lease renewal crashed")
+            due_now = [ref for ref, due in self._watched.values() if due <= now]
+        for ref in due_now:
+            self._renew_one(ref)
+
+    def _renew_one(self, ref: weakref.ref[Renewable]) -> None:
+        holding = ref()
+        if holding is None:
+            return
+        try:
+            self._renew(holding)
+        except Exception:  # the thread renews every lease: it must survive anything
+            logger.exception("Lease renewal crashed")
 
     def _renew(self, holding: Renewable) -> None:
         started = time.monotonic()

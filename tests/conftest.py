@@ -223,12 +223,17 @@ def _flush_redis(_redis_settings: str) -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _end_leaked_holdings() -> Iterator[None]:
     """A test that fails while holding leaves its holdings in the process's one
-    watchdog; end them, so the next test starts with nothing to renew."""
+    watchdog; end them, so the next test starts with nothing to renew. A holding
+    collected without ``end()`` (an acquire interrupted by a signal) leaves a dead
+    entry until the watchdog's next pass; drop it, so ``watching()`` counts only
+    the next test's holds."""
     yield
     from django_redislock.watchdog import watchdog
 
     with watchdog._cond:
         leaked = [ref() for ref, _ in watchdog._watched.values()]
+        for key in [key for key, (ref, _) in watchdog._watched.items() if ref() is None]:
+            del watchdog._watched[key]
     for holding in leaked:
         if holding is not None:
             holding.end()

@@ -90,3 +90,22 @@ def test_other_exceptions_reach_the_caller() -> None:
 
     with pytest.raises(TypeError, match="a bug"):
         fanout.Servers(["a", "b", "c"]).run(broken, [], [], timeout=1.0)  # type: ignore[arg-type]
+
+
+def test_an_idle_worker_keeps_nothing_of_its_last_job_alive() -> None:
+    """A worker idles up to ``IDLE_EXIT`` between jobs: keeping its last job
+    would keep what the job reached (a Redlock's holding, through the traceback
+    of an error it raised) alive that long, and renewed."""
+    import weakref
+
+    class Args(list[int]):
+        pass
+
+    args = Args([1])
+    freed = threading.Event()
+    ref = weakref.ref(args, lambda _: freed.set())
+    servers = fanout.Servers(["a"])
+    assert servers.run(Echo(), [], args, timeout=1.0) == [("a", 1)]
+    del args
+    assert freed.wait(5), "an idle worker keeps its last job alive"
+    assert ref() is None

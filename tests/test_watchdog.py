@@ -239,3 +239,56 @@ def test_a_nested_acquire_keeps_the_extended_lease(redis_client: Any) -> None:
         with Lock("nest-ext", timeout=5):  # re-enters; never shortens the lease
             ttl = lock.ttl()
             assert ttl is not None and ttl > 100
+
+
+class _Renewable:
+    """A holding stand-in, due at once; its renewal waits for ``gate`` if given."""
+
+    renew_interval = 60.0
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        self.lease_deadline = time.monotonic()
+        self.gate = gate
+        self.renewing = threading.Event()
+        self.renewals = 0
+
+    def renew(self) -> bool:
+        self.renewals += 1
+        self.renewing.set()
+        return self.gate is None or self.gate.wait(5)
+
+    def mark_lost(self, reason: str) -> None:
+        pass
+
+
+def test_a_hold_dropped_while_another_renews_is_not_renewed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass renews its due holdings one at a time, each waiting on Redis: one
+    dropped meanwhile must be freed, not renewed once more after the wait."""
+    import weakref
+
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.05)
+    dog = watchdog_module.Watchdog()
+    first_gate, second_gate = threading.Event(), threading.Event()
+    gate = _Renewable(first_gate)  # holds the thread while the next two get due
+    dog.watch(gate)
+    assert gate.renewing.wait(5)
+    slow, dropped = _Renewable(second_gate), _Renewable()
+    dog.watch(slow)
+    dog.watch(dropped)
+    thread = dog._thread
+    first_gate.set()  # the next pass finds both due: slow first, then dropped
+    assert slow.renewing.wait(5)
+    freed = threading.Event()
+    ref = weakref.ref(dropped, lambda _: freed.set())
+    del dropped
+    assert freed.wait(5), "the pass keeps a dropped holding until it renews it"
+    second_gate.set()
+    for holding in (gate, slow):
+        dog.unwatch(holding)
+    with dog._cond:
+        dog._cond.notify()
+    assert thread is not None
+    thread.join(5)
+    assert not thread.is_alive() and ref() is None
