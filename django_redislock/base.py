@@ -226,12 +226,18 @@ class Primitive(signals.Announcer, Options):
         if holding is None:
             raise self._not_owned()
         lease = lease or holding.lease
+        overlapped = holding.begin_extend(lease)
         started = time.monotonic()
         call = Call(holding.renew_script, *holding.renew_call(lease))
-        if not (yield from protocol.single(call, self.name)):
+        try:
+            ours = yield from protocol.single(call, self.name)
+        except BaseException:
+            holding.end_extend(lease, started, sure=False)  # Redis may have run it
+            raise
+        if not ours:
             holding.mark_lost("the lease was gone when the holder extended it")
             raise self._lost(holding)
-        holding.set_lease(lease, started)
+        holding.end_extend(lease, started, sure=not overlapped)
 
     # errors, worded the same for every primitive
 

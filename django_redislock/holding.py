@@ -71,6 +71,8 @@ class Holding:
         "kind",
         "lease",
         "lease_deadline",
+        "lease_generation",
+        "lease_lock",
         "lost",
         "name",
         "pid",
@@ -78,6 +80,7 @@ class Holding:
         "releasing",
         "renew_keys",
         "renew_script",
+        "renewing",
         "sender",
         "sigprefix",
         "stats_key",
@@ -119,6 +122,11 @@ class Holding:
         self.holder = holder  # as the acquire described it (holder_description)
         # Measured from before the request was sent: never later than Redis's view.
         self.lease_deadline = started + lease
+        # extend() against a renewal on its way (see renew): both change the
+        # lease, from two threads, on two connections.
+        self.lease_lock = threading.Lock()
+        self.lease_generation = 0
+        self.renewing = False
         #: The extend script (its spec's ``token`` and ``lease_ms``) and its KEYS.
         self.renew_script = renew_script
         self.renew_keys = renew_keys
@@ -144,25 +152,62 @@ class Holding:
         )
 
     def renew(self) -> bool:
-        if not self.active:
-            return True
-        started, lease = time.monotonic(), self.lease
-        with backend.translate_errors(self.name):
-            result = self.renew_script(self.client, *self.renew_call(lease))
-        if result:
-            self.lease_deadline = started + lease
-            return True
-        # A release sent while this renewal was on its way may have run first on
-        # the server: then "not ours" is the release, not a loss; the release's
-        # own answer decides.
-        return self.releasing
+        """The watchdog's renewal; ``False`` if the lease is no longer ours.
 
-    def set_lease(self, lease: float, started: float) -> None:
-        """``extend()``: ``lease`` is the lease from now on, for every later
-        renewal too (a renewal already on its way may still set the old one
-        once; the next one, a third of the new lease later, corrects it)."""
-        self.lease = lease
-        self.lease_deadline = started + lease
+        An ``extend()`` can run while a renewal is on its way, on another
+        connection: if the renewal reached Redis second, it put back the lease
+        it had read before the extend. So a renewal that finds the lease changed
+        under it renews once more, by the new lease."""
+        while self.active:
+            with self.lease_lock:
+                generation, lease = self.lease_generation, self.lease
+                self.renewing = True
+            started = time.monotonic()
+            try:
+                ours = self.send_lease(lease)
+            except BaseException:
+                self.renewing = False
+                raise
+            with self.lease_lock:
+                self.renewing = False
+                current = generation == self.lease_generation
+                if ours and current:
+                    self.lease_deadline = self.deadline_of(started, lease)
+            if not ours:
+                # A release sent while this renewal was on its way may have run
+                # first on the server: then "not ours" is the release, not a
+                # loss; the release's own answer decides.
+                return self.releasing
+            if current:
+                return True
+        return True
+
+    def send_lease(self, lease: float) -> bool:
+        """Make ``lease`` the lease in Redis from now on; ``False`` if not ours."""
+        with backend.translate_errors(self.name):
+            return bool(self.renew_script(self.client, *self.renew_call(lease)))
+
+    def deadline_of(self, started: float, lease: float) -> float:
+        """The lease's end as this holder measures it, never later than Redis's."""
+        return started + lease
+
+    def begin_extend(self, lease: float) -> bool:
+        """``extend()``, before it is sent: ``lease`` is the lease from now on,
+        for every renewal sent after this too. ``True`` when a renewal is already
+        on its way with the old lease: Redis may run it after the extend."""
+        with self.lease_lock:
+            self.lease_generation += 1
+            self.lease = lease
+            return self.renewing
+
+    def end_extend(self, lease: float, started: float, *, sure: bool) -> None:
+        """After ``extend()`` was sent: renew by ``lease`` from now on. Unless
+        ``sure`` the extend succeeded and ran last in Redis (it failed, or a
+        renewal with the old lease was on its way, until that renewal renews
+        again), the holder's deadline is the earlier of the old and the new."""
+        deadline = self.deadline_of(started, lease)
+        with self.lease_lock:
+            self.lease_deadline = deadline if sure else min(self.lease_deadline, deadline)
         if self.active:
             watchdog.reschedule(self)
 

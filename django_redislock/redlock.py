@@ -264,12 +264,19 @@ class Redlock(signals.Announcer, Options):
         lease = lease or holding.lease
         if not self._extend_holding(holding, lease, "extended it"):
             raise self._lost(holding)
-        watchdog.reschedule(holding)
 
     def _extend_holding(self, holding: RedlockHolding, lease: float, action: str) -> bool:
         if holding.lost is not None:
             return False
-        if holding.extend_all(lease):
+        overlapped = holding.begin_extend(lease)
+        started = time.monotonic()
+        try:
+            ours = holding.extend_all(lease)
+        except BaseException:
+            holding.end_extend(lease, started, sure=False)  # some servers may have run it
+            raise
+        if ours:
+            holding.end_extend(lease, started, sure=not overlapped)
             return True
         holding.mark_lost(f"a majority no longer held it when the holder {action}")
         return False

@@ -51,7 +51,8 @@ class RedlockHolding(Holding):
         return self.redlock_keys[1]
 
     def extend_all(self, lease: float) -> bool:
-        """Extend on every server; ``True`` when a majority did so in time.
+        """Extend on every server; ``True`` when a majority did so in time (the
+        caller keeps the books: ``Holding.renew``, ``begin_extend``/``end_extend``).
 
         ``False`` when a majority answered that the lock is not ours (it is
         lost); ``LockBackendError`` when too few answered to tell.
@@ -65,14 +66,13 @@ class RedlockHolding(Holding):
         refused = sum(1 for r in results if r == 0)
         needed = quorum(len(results))
         if extended >= needed and time.monotonic() - started < lease - drift(lease):
-            self.lease = lease
-            self.lease_deadline = started + lease - drift(lease)
             return True
         if len(results) - refused < needed:
             return False
         raise too_few_error(self.name, results, "extend")
 
-    def renew(self) -> bool:
-        if not self.active:
-            return True
-        return self.extend_all(self.lease) or self.releasing
+    # what Holding.renew, begin_extend and end_extend send and count by
+    send_lease = extend_all
+
+    def deadline_of(self, started: float, lease: float) -> float:
+        return started + lease - drift(lease)

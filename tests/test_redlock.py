@@ -437,3 +437,40 @@ def test_options_are_fixed_when_the_redlock_is_built() -> None:
         with pytest.raises(AttributeError, match=rf"Redlock\.{option} is fixed when"):
             setattr(lock, option, value)
     assert (lock.name, lock.timeout, lock.using) == ("fixed", 30, ("a", "b", "c"))
+
+
+def test_an_extend_crossing_a_renewal_is_the_lease_kept(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renewal that read the old lease and reaches the servers after an extend
+    must neither leave the old lease there nor make it the lease from then on."""
+    from django_redislock import redlock_holding
+
+    read, go, renewed = threading.Event(), threading.Event(), threading.Event()
+    lock_call, renew = redlock_holding.lock_call, redlock_holding.RedlockHolding.renew
+
+    def held_back(script: Any, keys: Any, token: str, **kwargs: Any) -> Any:
+        if threading.current_thread().name == "django-redislock-watchdog" and not go.is_set():
+            read.set()  # this renewal has read its lease: send it after the extend
+            go.wait(5)
+        return lock_call(script, keys, token, **kwargs)
+
+    def observed(self: Any) -> bool:
+        try:
+            return renew(self)
+        finally:
+            if go.is_set():
+                renewed.set()
+
+    monkeypatch.setattr(redlock_holding, "lock_call", held_back)
+    monkeypatch.setattr(redlock_holding.RedlockHolding, "renew", observed)
+    with Redlock("crossed", timeout=0.6) as lock:
+        assert read.wait(5)
+        lock.extend(60)
+        go.set()
+        assert renewed.wait(5)
+        deadline = time.monotonic() + 1.0  # renewals by the old lease would come every 0.2 s
+        while time.monotonic() < deadline:
+            ttl = lock.ttl()
+            assert ttl is not None and ttl > 50, f"the old lease is back: {ttl} s"
+            time.sleep(0.05)

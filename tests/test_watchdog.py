@@ -292,3 +292,45 @@ def test_a_hold_dropped_while_another_renews_is_not_renewed(
     assert thread is not None
     thread.join(5)
     assert not thread.is_alive() and ref() is None
+
+
+@pytest.mark.parametrize(("first", "then"), [(0.6, 60.0), (0.9, 0.3)], ids=["longer", "shorter"])
+def test_an_extend_crossing_a_renewal_is_the_lease_redis_keeps(
+    first: float, then: float, monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    """A renewal that read the old lease and reaches Redis after an extend
+    must not leave the old lease there: a longer extend would lapse early."""
+    from django_redislock.holding import Holding
+
+    read, go, renewed = threading.Event(), threading.Event(), threading.Event()
+    renew_call, renew = Holding.renew_call, Holding.renew
+
+    def held_back(self: Holding, lease: float) -> Any:
+        if threading.current_thread().name == THREAD_NAME and self.name == "crossed":
+            read.set()  # this renewal has read its lease: send it after the extend
+            go.wait(5)
+        return renew_call(self, lease)
+
+    def observed(self: Holding) -> bool:
+        try:
+            return renew(self)
+        finally:
+            if self.name == "crossed":
+                renewed.set()
+
+    monkeypatch.setattr(Holding, "renew_call", held_back)
+    monkeypatch.setattr(Holding, "renew", observed)
+    with Lock("crossed", timeout=first) as lock:
+        assert read.wait(5)
+        lock.extend(then)
+        go.set()
+        assert renewed.wait(5)
+        ttl = redis_client.pttl("redislock:{crossed}:lock") / 1000
+        after = time.monotonic()
+        if then > first:
+            assert ttl > then - 10, f"the old lease is back: {ttl} s"
+        else:
+            assert 0 < ttl <= then
+        holding = lock._holding()
+        assert holding is not None and holding.lease == then
+        assert holding.lease_deadline <= after + ttl + 0.01  # never later than Redis's
