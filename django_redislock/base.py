@@ -226,9 +226,9 @@ class Primitive(signals.Announcer, Options):
         if holding is None:
             raise self._not_owned()
         lease = lease or holding.lease
-        overlapped = holding.begin_extend(lease)
-        started = time.monotonic()
         call = Call(holding.renew_script, *holding.renew_call(lease))
+        started = time.monotonic()
+        overlapped = holding.begin_extend(lease, started)
         try:
             ours = yield from protocol.single(call, self.name)
         except BaseException:

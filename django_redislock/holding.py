@@ -81,6 +81,7 @@ class Holding:
         "renew_keys",
         "renew_script",
         "renewing",
+        "renewing_lease",
         "sender",
         "sigprefix",
         "stats_key",
@@ -127,6 +128,7 @@ class Holding:
         self.lease_lock = threading.Lock()
         self.lease_generation = 0
         self.renewing = False
+        self.renewing_lease = lease
         #: The extend script (its spec's ``token`` and ``lease_ms``) and its KEYS.
         self.renew_script = renew_script
         self.renew_keys = renew_keys
@@ -154,32 +156,34 @@ class Holding:
     def renew(self) -> bool:
         """The watchdog's renewal; ``False`` if the lease is no longer ours.
 
-        An ``extend()`` can run while a renewal is on its way, on another
-        connection: if the renewal reached Redis second, it put back the lease
-        it had read before the extend. So a renewal that finds the lease changed
-        under it renews once more, by the new lease."""
-        while self.active:
+        An ``extend()`` to another lease can cross a renewal on its way (another
+        thread, another connection): if the renewal reached Redis second, it put
+        back the lease it had read before. So a renewal that finds the lease
+        changed under it sends the new one once more. Crossed again, it leaves
+        the deadline where the extends put it (the earlier end), by which the
+        watchdog comes back soon: one holder's extends never keep the thread
+        from the others' leases."""
+        for _ in range(2):
+            if not self.active:
+                return True
             with self.lease_lock:
                 generation, lease = self.lease_generation, self.lease
-                self.renewing = True
+                self.renewing, self.renewing_lease = True, lease
             started = time.monotonic()
             try:
                 ours = self.send_lease(lease)
-            except BaseException:
-                self.renewing = False
-                raise
-            with self.lease_lock:
-                self.renewing = False
-                current = generation == self.lease_generation
-                if ours and current:
-                    self.lease_deadline = self.deadline_of(started, lease)
+            finally:
+                with self.lease_lock:
+                    self.renewing = False
             if not ours:
                 # A release sent while this renewal was on its way may have run
                 # first on the server: then "not ours" is the release, not a
                 # loss; the release's own answer decides.
                 return self.releasing
-            if current:
-                return True
+            with self.lease_lock:
+                if generation == self.lease_generation:
+                    self.lease_deadline = self.deadline_of(started, lease)
+                    return True
         return True
 
     def send_lease(self, lease: float) -> bool:
@@ -191,23 +195,28 @@ class Holding:
         """The lease's end as this holder measures it, never later than Redis's."""
         return started + lease
 
-    def begin_extend(self, lease: float) -> bool:
-        """``extend()``, before it is sent: ``lease`` is the lease from now on,
-        for every renewal sent after this too. ``True`` when a renewal is already
-        on its way with the old lease: Redis may run it after the extend."""
-        with self.lease_lock:
-            self.lease_generation += 1
-            self.lease = lease
-            return self.renewing
-
-    def end_extend(self, lease: float, started: float, *, sure: bool) -> None:
-        """After ``extend()`` was sent: renew by ``lease`` from now on. Unless
-        ``sure`` the extend succeeded and ran last in Redis (it failed, or a
-        renewal with the old lease was on its way, until that renewal renews
-        again), the holder's deadline is the earlier of the old and the new."""
+    def begin_extend(self, lease: float, started: float) -> bool:
+        """``extend()``, about to be sent at ``started``: ``lease`` is the lease
+        from now on, for every renewal sent after this too, and the deadline is
+        no later than its end until the extend is answered. ``True`` when a
+        renewal with another lease is on its way: Redis may run it last."""
         deadline = self.deadline_of(started, lease)
         with self.lease_lock:
-            self.lease_deadline = deadline if sure else min(self.lease_deadline, deadline)
+            self.lease_deadline = min(self.lease_deadline, deadline)
+            if lease != self.lease:
+                self.lease_generation += 1
+                self.lease = lease
+            return self.renewing and self.renewing_lease != lease
+
+    def end_extend(self, lease: float, started: float, *, sure: bool) -> None:
+        """After ``extend()`` was sent at ``started``: unless ``sure`` it
+        succeeded and ran last in Redis (it failed, or a renewal with the old
+        lease was on its way, until that renewal sends again), the deadline
+        stays the earlier of the old and the new lease's ends."""
+        if sure:
+            deadline = self.deadline_of(started, lease)
+            with self.lease_lock:
+                self.lease_deadline = deadline
         if self.active:
             watchdog.reschedule(self)
 

@@ -268,8 +268,8 @@ class Redlock(signals.Announcer, Options):
     def _extend_holding(self, holding: RedlockHolding, lease: float, action: str) -> bool:
         if holding.lost is not None:
             return False
-        overlapped = holding.begin_extend(lease)
         started = time.monotonic()
+        overlapped = holding.begin_extend(lease, started)
         try:
             ours = holding.extend_all(lease)
         except BaseException:

@@ -71,8 +71,8 @@ class RedlockHolding(Holding):
             return False
         raise too_few_error(self.name, results, "extend")
 
-    # what Holding.renew, begin_extend and end_extend send and count by
-    send_lease = extend_all
+    def send_lease(self, lease: float) -> bool:
+        return self.extend_all(lease)
 
     def deadline_of(self, started: float, lease: float) -> float:
         return started + lease - drift(lease)

@@ -52,6 +52,13 @@ class Renewable(Protocol):
     def mark_lost(self, reason: str) -> None: ...
 
 
+def _due(holding: Renewable, now: float) -> float:
+    """A third of the way into the lease; sooner when what is left of it, as the
+    holder measures it, is shorter (a handoff's first lease, an extend that
+    crossed a renewal)."""
+    return now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+
+
 class Watchdog:
     def __init__(self) -> None:
         # watch/unwatch (twice per acquire) take the bare lock: Condition's own
@@ -64,10 +71,7 @@ class Watchdog:
         self._wake_at = float("inf")
 
     def watch(self, holding: Renewable) -> None:
-        # A third of the way into the lease, or sooner when the lease is already
-        # shorter than a renewal interval (a handoff's first lease).
-        now = time.monotonic()
-        due = now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+        due = _due(holding, time.monotonic())
         with self._lock:
             self._watched[id(holding)] = (weakref.ref(holding), due)
             if self._thread is None:
@@ -80,8 +84,7 @@ class Watchdog:
 
     def reschedule(self, holding: Renewable) -> None:
         """The lease changed (``extend``): renew by the new one, if watched."""
-        now = time.monotonic()
-        due = now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+        due = _due(holding, time.monotonic())
         with self._lock:
             entry = self._watched.get(id(holding))
             if entry is None or entry[0]() is not holding:
@@ -179,7 +182,7 @@ class Watchdog:
         if not still_ours:
             self._lose(holding, "the lease was gone when the watchdog renewed it")
             return
-        self._reschedule(holding, started + holding.renew_interval)
+        self._reschedule(holding, _due(holding, started))
 
     def _reschedule(self, holding: Renewable, due: float) -> None:
         with self._cond:

@@ -294,43 +294,105 @@ def test_a_hold_dropped_while_another_renews_is_not_renewed(
     assert not thread.is_alive() and ref() is None
 
 
-@pytest.mark.parametrize(("first", "then"), [(0.6, 60.0), (0.9, 0.3)], ids=["longer", "shorter"])
+def _hold_back_renewals(
+    monkeypatch: pytest.MonkeyPatch, name: str, before_send: Callable[[Any, float], None]
+) -> list[int]:
+    """Run ``before_send(holding, lease)`` in the watchdog's thread before each of
+    its renewals of ``name`` is sent; the list gets, per renewal, how many sends."""
+    from django_redislock.holding import Holding
+
+    renew_call, renew = Holding.renew_call, Holding.renew
+    sends: list[float] = []
+    done: list[int] = []
+    renewed = threading.Event()
+
+    def held_back(self: Holding, lease: float) -> Any:
+        if threading.current_thread().name == THREAD_NAME and self.name == name:
+            sends.append(lease)
+            before_send(self, lease)
+        return renew_call(self, lease)
+
+    def counted(self: Holding) -> bool:
+        first = len(sends)
+        try:
+            return renew(self)
+        finally:
+            if self.name == name:
+                done.append(len(sends) - first)
+                renewed.set()
+
+    monkeypatch.setattr(Holding, "renew_call", held_back)
+    monkeypatch.setattr(Holding, "renew", counted)
+    return done, renewed
+
+
+@pytest.mark.parametrize(("first", "then"), [(3.0, 60.0), (4.5, 1.5)], ids=["longer", "shorter"])
 def test_an_extend_crossing_a_renewal_is_the_lease_redis_keeps(
     first: float, then: float, monkeypatch: pytest.MonkeyPatch, redis_client: Any
 ) -> None:
     """A renewal that read the old lease and reaches Redis after an extend
     must not leave the old lease there: a longer extend would lapse early."""
-    from django_redislock.holding import Holding
+    read, go = threading.Event(), threading.Event()
 
-    read, go, renewed = threading.Event(), threading.Event(), threading.Event()
-    renew_call, renew = Holding.renew_call, Holding.renew
-
-    def held_back(self: Holding, lease: float) -> Any:
-        if threading.current_thread().name == THREAD_NAME and self.name == "crossed":
+    def wait_for_the_extend(holding: Any, lease: float) -> None:
+        if not go.is_set():
             read.set()  # this renewal has read its lease: send it after the extend
-            go.wait(5)
-        return renew_call(self, lease)
+            go.wait(10)
 
-    def observed(self: Holding) -> bool:
-        try:
-            return renew(self)
-        finally:
-            if self.name == "crossed":
-                renewed.set()
-
-    monkeypatch.setattr(Holding, "renew_call", held_back)
-    monkeypatch.setattr(Holding, "renew", observed)
-    with Lock("crossed", timeout=first) as lock:
-        assert read.wait(5)
-        lock.extend(then)
+    done, renewed = _hold_back_renewals(monkeypatch, "crossed", wait_for_the_extend)
+    try:
+        with Lock("crossed", timeout=first) as lock:
+            assert read.wait(10)
+            lock.extend(then)
+            go.set()
+            assert renewed.wait(10)
+            assert done[0] == 2  # sent again, by the new lease
+            holding = lock._holding()
+            assert holding is not None and holding.lease == then
+            deadline = holding.lease_deadline
+            ttl = redis_client.pttl("redislock:{crossed}:lock") / 1000
+            after = time.monotonic()
+            if then > first:
+                assert ttl > then - 10, f"the old lease is back: {ttl} s"
+            else:
+                assert 0 < ttl <= then
+            assert deadline <= after + ttl + 0.01  # never later than Redis's
+    finally:
         go.set()
-        assert renewed.wait(5)
-        ttl = redis_client.pttl("redislock:{crossed}:lock") / 1000
-        after = time.monotonic()
-        if then > first:
-            assert ttl > then - 10, f"the old lease is back: {ttl} s"
-        else:
-            assert 0 < ttl <= then
-        holding = lock._holding()
-        assert holding is not None and holding.lease == then
-        assert holding.lease_deadline <= after + ttl + 0.01  # never later than Redis's
+
+
+def test_an_extend_to_the_same_lease_crossing_a_renewal_costs_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    read, go = threading.Event(), threading.Event()
+
+    def wait_for_the_extend(holding: Any, lease: float) -> None:
+        if not go.is_set():
+            read.set()
+            go.wait(10)
+
+    done, renewed = _hold_back_renewals(monkeypatch, "crossed-same", wait_for_the_extend)
+    try:
+        with Lock("crossed-same", timeout=3) as lock:
+            assert read.wait(10)
+            lock.extend()  # the lease as it stands: whichever runs last is right
+            go.set()
+            assert renewed.wait(10)
+            assert done[0] == 1
+    finally:
+        go.set()
+
+
+def test_extends_crossing_every_send_give_the_thread_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A holder whose extends cross each of a renewal's sends must not keep the
+    watchdog's one thread from everybody else's leases."""
+
+    def an_extend_crosses(holding: Any, lease: float) -> None:
+        holding.begin_extend(lease + 1, time.monotonic())
+
+    done, renewed = _hold_back_renewals(monkeypatch, "crossed-always", an_extend_crosses)
+    with Lock("crossed-always", timeout=3):
+        assert renewed.wait(10)
+        assert done[0] == 2  # sent again once, then back to the other leases
