@@ -44,8 +44,8 @@ def test_one_result_per_server_in_order_with_its_exception() -> None:
 def test_the_servers_are_called_at_once() -> None:
     servers = fanout.Servers(["a", "b", "c", "d", "e"])
     started = time.monotonic()
-    assert len(servers.run(Echo(delay=0.2), [], [], timeout=5.0)) == 5
-    assert time.monotonic() - started < 0.6  # not 5 x 0.2 s
+    assert len(servers.run(Echo(delay=0.5), [], [], timeout=5.0)) == 5
+    assert time.monotonic() - started < 2.0  # not 5 x 0.5 s
 
 
 def test_a_stalled_server_times_out_alone() -> None:
@@ -53,8 +53,8 @@ def test_a_stalled_server_times_out_alone() -> None:
     servers = fanout.Servers(["a", "b", "c"])
     try:
         started = time.monotonic()
-        results = servers.run(script, [], [], timeout=0.2)
-        assert time.monotonic() - started < 1.0
+        results = servers.run(script, [], [], timeout=2.0)
+        assert time.monotonic() - started < 5.0
         assert isinstance(results[1], redis.TimeoutError)
         assert results[0] == ("a",) and results[2] == ("c",)
         # the stalled worker is still busy: other workers serve the next call

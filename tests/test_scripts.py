@@ -74,15 +74,17 @@ def _scripts_loaded() -> None:
 def test_a_tracer_sees_acquire_wait_renew_and_release(
     tracer: Tracer, other_thread: OtherThread
 ) -> None:
-    holder = Lock("traced", timeout=0.3)
+    holder = Lock("traced", timeout=1.5)
     other_thread(holder.acquire)
     assert tracer.count("EVALSHA") == 1  # the acquire
-    waiter = Lock("traced", blocking_timeout=0.5)
+    waiter = Lock("traced", blocking_timeout=0.3)
     assert waiter.acquire() is False  # queued, waited, gave up
     assert tracer.count("BLPOP") >= 1  # the wait
     evalsha_before = tracer.count("EVALSHA")
-    time.sleep(0.35)  # the watchdog renews a third of the way into each lease
-    assert tracer.count("EVALSHA") > evalsha_before  # the renewals
+    deadline = time.monotonic() + 5  # the watchdog renews a third of the way into the lease
+    while tracer.count("EVALSHA") == evalsha_before:
+        assert time.monotonic() < deadline, "no renewal was traced"
+        time.sleep(0.02)
     other_thread(holder.release)
     assert tracer.commands[-1] == "EVALSHA"  # the release
 

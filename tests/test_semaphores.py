@@ -252,7 +252,7 @@ def test_a_lease_that_ended_beside_other_holders_is_reported_lost(
     first, the brief holder was alone, its lease the key's TTL, until the other
     joined.)"""
     other = Semaphore("beside", 2, timeout=30)
-    brief = Semaphore("beside", 2, timeout=0.2, auto_renew=False)
+    brief = Semaphore("beside", 2, timeout=1.0, auto_renew=False)
     first, second = (brief, other) if brief_first else (other, brief)
     first.acquire()
     second.acquire()
@@ -280,7 +280,7 @@ def test_a_lease_that_ended_alone_is_reported_lost(redis_client: redis.Redis) ->
 
 
 def test_extend_and_expired_lease_cannot_be_extended() -> None:
-    sem = Semaphore("ext", 1, timeout=0.3, auto_renew=False)
+    sem = Semaphore("ext", 1, timeout=5, auto_renew=False)
     sem.acquire()
     sem.extend(20)
     assert sem.holders()[0].ttl is not None
@@ -310,7 +310,7 @@ def test_watchdog_renews_permits_past_their_lease() -> None:
 
 
 def test_operator_clear_is_reported_to_holder(redis_client: redis.Redis) -> None:
-    sem = Semaphore("ops", 2, timeout=0.3, auto_renew=True)
+    sem = Semaphore("ops", 2, timeout=1.5, auto_renew=True)
     with capture(lock_signals.lock_lost) as lost, pytest.raises(LockLostError):
         with sem:
             [info] = list_held(redis_client, "redislock", selected=["semaphore"])

@@ -70,6 +70,8 @@ def test_thread_exits_after_idle_and_restarts_on_demand(monkeypatch: pytest.Monk
 
 def test_no_thread_without_auto_renew(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    with watchdog._cond:  # a thread waiting for a renewal due later looks again now
+        watchdog._cond.notify_all()
     thread = watchdog._thread
     if thread is not None:
         thread.join(10)
