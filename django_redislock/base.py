@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import sys
-import time
 from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -227,17 +226,12 @@ class Primitive(signals.Announcer, Options):
             raise self._not_owned()
         lease = lease or holding.lease
         call = Call(holding.renew_script, *holding.renew_call(lease))
-        started = time.monotonic()
-        overlapped = holding.begin_extend(lease, started)
-        try:
-            ours = yield from protocol.single(call, self.name)
-        except BaseException:
-            holding.end_extend(lease, started, sure=False)  # Redis may have run it
-            raise
+        with holding.extending(lease) as extended:
+            if ours := (yield from protocol.single(call, self.name)):
+                extended()
         if not ours:
             holding.mark_lost("the lease was gone when the holder extended it")
             raise self._lost(holding)
-        holding.end_extend(lease, started, sure=not overlapped)
 
     # errors, worded the same for every primitive
 

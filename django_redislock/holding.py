@@ -10,6 +10,7 @@ parent's claim.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -17,7 +18,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, context, signals
@@ -80,7 +81,6 @@ class Holding:
         "releasing",
         "renew_keys",
         "renew_script",
-        "renewing",
         "renewing_lease",
         "sender",
         "sigprefix",
@@ -127,8 +127,8 @@ class Holding:
         # lease, from two threads, on two connections.
         self.lease_lock = threading.Lock()
         self.lease_generation = 0
-        self.renewing = False
-        self.renewing_lease = lease
+        #: The lease a renewal on its way carries (``None``: none is).
+        self.renewing_lease: float | None = None
         #: The extend script (its spec's ``token`` and ``lease_ms``) and its KEYS.
         self.renew_script = renew_script
         self.renew_keys = renew_keys
@@ -168,13 +168,13 @@ class Holding:
                 return True
             with self.lease_lock:
                 generation, lease = self.lease_generation, self.lease
-                self.renewing, self.renewing_lease = True, lease
+                self.renewing_lease = lease
             started = time.monotonic()
             try:
                 ours = self.send_lease(lease)
             finally:
                 with self.lease_lock:
-                    self.renewing = False
+                    self.renewing_lease = None
             if not ours:
                 # A release sent while this renewal was on its way may have run
                 # first on the server: then "not ours" is the release, not a
@@ -206,7 +206,20 @@ class Holding:
             if lease != self.lease:
                 self.lease_generation += 1
                 self.lease = lease
-            return self.renewing and self.renewing_lease != lease
+            return self.renewing_lease not in (None, lease)
+
+    @contextlib.contextmanager
+    def extending(self, lease: float) -> Iterator[Callable[[], None]]:
+        """Around sending an ``extend()`` to ``lease`` (every primitive's):
+        call what it yields once Redis answered that the lease is ours. If the
+        block raises instead, Redis may or may not have run it."""
+        started = time.monotonic()
+        overlapped = self.begin_extend(lease, started)
+        try:
+            yield functools.partial(self.end_extend, lease, started, sure=not overlapped)
+        except BaseException:
+            self.end_extend(lease, started, sure=False)
+            raise
 
     def end_extend(self, lease: float, started: float, *, sure: bool) -> None:
         """After ``extend()`` was sent at ``started``: unless ``sure`` it

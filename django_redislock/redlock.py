@@ -268,15 +268,10 @@ class Redlock(signals.Announcer, Options):
     def _extend_holding(self, holding: RedlockHolding, lease: float, action: str) -> bool:
         if holding.lost is not None:
             return False
-        started = time.monotonic()
-        overlapped = holding.begin_extend(lease, started)
-        try:
-            ours = holding.extend_all(lease)
-        except BaseException:
-            holding.end_extend(lease, started, sure=False)  # some servers may have run it
-            raise
+        with holding.extending(lease) as extended:
+            if ours := holding.extend_all(lease):
+                extended()
         if ours:
-            holding.end_extend(lease, started, sure=not overlapped)
             return True
         holding.mark_lost(f"a majority no longer held it when the holder {action}")
         return False
