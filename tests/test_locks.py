@@ -18,6 +18,7 @@ from django_redislock import (
 from django_redislock import signals as lock_signals
 from django_redislock.state import parse_lock_value
 from tests.holders import OtherThread
+from tests.renewals import hold_back_renewals
 from tests.signals_helper import capture
 
 
@@ -215,19 +216,7 @@ def test_a_hold_dropped_after_a_renewal_is_not_kept_alive_by_the_watchdog(
     it sleeps: a dropped hold would be renewed forever, never running out."""
     import weakref
 
-    from django_redislock.holding import Holding
-
-    renewed = threading.Event()
-    renew = Holding.renew
-
-    def observed_renew(self: Holding) -> bool:
-        try:
-            return renew(self)
-        finally:
-            if self.name == "dropped-after-renewal":
-                renewed.set()
-
-    monkeypatch.setattr(Holding, "renew", observed_renew)
+    _, renewed = hold_back_renewals(monkeypatch, "dropped-after-renewal")
     lock = Lock("dropped-after-renewal", timeout=0.3)
     lock.acquire()
     freed = threading.Event()

@@ -27,6 +27,7 @@ from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 from django_redislock.state import parse_lock_value
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
 from tests.procs import processes
+from tests.renewals import THREAD_NAME
 from tests.settings import redis_cache
 from tests.signals_helper import capture
 
@@ -450,7 +451,7 @@ def test_an_extend_crossing_a_renewal_is_the_lease_kept(
     lock_call, renew = redlock_holding.lock_call, redlock_holding.RedlockHolding.renew
 
     def held_back(script: Any, keys: Any, token: str, **kwargs: Any) -> Any:
-        if threading.current_thread().name == "django-redislock-watchdog" and not go.is_set():
+        if threading.current_thread().name == THREAD_NAME and not go.is_set():
             read.set()  # this renewal has read its lease: send it after the extend
             go.wait(10)
         return lock_call(script, keys, token, **kwargs)

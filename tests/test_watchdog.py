@@ -23,11 +23,10 @@ from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
 from django_redislock.watchdog import watchdog
 from tests.holders import OtherThread
+from tests.renewals import THREAD_NAME, hold_back_renewals
 from tests.servers import RedisServer
 from tests.settings import redis_cache
 from tests.signals_helper import capture
-
-THREAD_NAME = "django-redislock-watchdog"
 
 
 def watchdog_threads() -> list[threading.Thread]:
@@ -296,38 +295,6 @@ def test_a_hold_dropped_while_another_renews_is_not_renewed(
     assert not thread.is_alive() and ref() is None
 
 
-def _hold_back_renewals(
-    monkeypatch: pytest.MonkeyPatch, name: str, before_send: Callable[[Any, float], None]
-) -> list[int]:
-    """Run ``before_send(holding, lease)`` in the watchdog's thread before each of
-    its renewals of ``name`` is sent; the list gets, per renewal, how many sends."""
-    from django_redislock.holding import Holding
-
-    renew_call, renew = Holding.renew_call, Holding.renew
-    sends: list[float] = []
-    done: list[int] = []
-    renewed = threading.Event()
-
-    def held_back(self: Holding, lease: float) -> Any:
-        if threading.current_thread().name == THREAD_NAME and self.name == name:
-            sends.append(lease)
-            before_send(self, lease)
-        return renew_call(self, lease)
-
-    def counted(self: Holding) -> bool:
-        first = len(sends)
-        try:
-            return renew(self)
-        finally:
-            if self.name == name:
-                done.append(len(sends) - first)
-                renewed.set()
-
-    monkeypatch.setattr(Holding, "renew_call", held_back)
-    monkeypatch.setattr(Holding, "renew", counted)
-    return done, renewed
-
-
 @pytest.mark.parametrize(("first", "then"), [(3.0, 60.0), (4.5, 1.5)], ids=["longer", "shorter"])
 def test_an_extend_crossing_a_renewal_is_the_lease_redis_keeps(
     first: float, then: float, monkeypatch: pytest.MonkeyPatch, redis_client: Any
@@ -341,7 +308,7 @@ def test_an_extend_crossing_a_renewal_is_the_lease_redis_keeps(
             read.set()  # this renewal has read its lease: send it after the extend
             go.wait(10)
 
-    done, renewed = _hold_back_renewals(monkeypatch, "crossed", wait_for_the_extend)
+    done, renewed = hold_back_renewals(monkeypatch, "crossed", wait_for_the_extend)
     try:
         with Lock("crossed", timeout=first) as lock:
             assert read.wait(10)
@@ -373,7 +340,7 @@ def test_an_extend_to_the_same_lease_crossing_a_renewal_costs_nothing(
             read.set()
             go.wait(10)
 
-    done, renewed = _hold_back_renewals(monkeypatch, "crossed-same", wait_for_the_extend)
+    done, renewed = hold_back_renewals(monkeypatch, "crossed-same", wait_for_the_extend)
     try:
         with Lock("crossed-same", timeout=3) as lock:
             assert read.wait(10)
@@ -394,7 +361,7 @@ def test_extends_crossing_every_send_give_the_thread_back(
     def an_extend_crosses(holding: Any, lease: float) -> None:
         holding.begin_extend(lease + 1, time.monotonic())
 
-    done, renewed = _hold_back_renewals(monkeypatch, "crossed-always", an_extend_crosses)
+    done, renewed = hold_back_renewals(monkeypatch, "crossed-always", an_extend_crosses)
     with Lock("crossed-always", timeout=3):
         assert renewed.wait(10)
         assert done[0] == 2  # sent again once, then back to the other leases
