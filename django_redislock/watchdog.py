@@ -104,7 +104,7 @@ class Watchdog:
             return sum(1 for ref, _ in self._watched.values() if ref() is not None)
 
     def _run(self) -> None:
-        # This frame sleeps between passes, so it never binds a holding itself:
+        # This frame sleeps between passes, so it binds only weak references:
         # a holding it kept in hand while waiting would never be freed, and a
         # dropped hold would be renewed forever instead of running out.
         idle_since: float | None = None
@@ -122,34 +122,31 @@ class Watchdog:
                     self._cond.wait(self._wake_at - now)
                     continue
                 idle_since = None
-                if not self._wait_for_due(now):
+                due = self._due_or_wait(now)
+                if not due:
                     continue
-            self._renew_all()
+            for ref in due:
+                self._renew_one(ref)
 
-    def _wait_for_due(self, now: float) -> bool:
-        """``True`` if a lease is due; else wait (under ``_cond``) until the
-        earliest is, and ``False``. Forgets the holdings that were dropped."""
+    def _due_or_wait(self, now: float) -> list[weakref.ref[Renewable]]:
+        """The leases due (weakly: see ``_run``); if none is, wait (under
+        ``_cond``) until the earliest is. Forgets the holdings that were dropped,
+        and each due one is taken in hand only for its own renewal: one dropped
+        while another's renewal waits on Redis is not renewed again."""
+        due_now: list[weakref.ref[Renewable]] = []
         earliest = float("inf")
         for key, (ref, due) in list(self._watched.items()):
             if ref() is None:
                 del self._watched[key]
             elif due <= now:
-                return True
+                due_now.append(ref)
             else:
                 earliest = min(earliest, due)
-        self._wake_at = earliest
-        if earliest != float("inf"):
-            self._cond.wait(earliest - now)
-        return False
-
-    def _renew_all(self) -> None:
-        """Renew what is due, each taken in hand only for its own renewal: one
-        dropped while another's renewal waits on Redis is not renewed again."""
-        now = time.monotonic()
-        with self._lock:
-            due_now = [ref for ref, due in self._watched.values() if due <= now]
-        for ref in due_now:
-            self._renew_one(ref)
+        if not due_now:
+            self._wake_at = earliest
+            if earliest != float("inf"):
+                self._cond.wait(earliest - now)
+        return due_now
 
     def _renew_one(self, ref: weakref.ref[Renewable]) -> None:
         holding = ref()
