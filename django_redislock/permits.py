@@ -31,10 +31,10 @@ from .drivers import AsyncConnection
 from .holding import Holding, current_pid, holder_description, new_token
 from .protocol import HELD_RESULT, REFUSED, AcquireResult, Call, Step
 from .scripts import (
+    PERMIT_CANCEL,
     PERMIT_DESCRIBE,
     PERMIT_EXTEND,
     PERMIT_RELEASE,
-    QUEUE_CANCEL,
     Script,
 )
 from .state import HolderInfo, parse_holders
@@ -84,10 +84,12 @@ class _Attempt:
         args = script.args_of(who=who, lease_ms=plan.lease_ms, wait_ms=plan.wait_ms)
         return Call(script, self.resolved.keys_for(script), args)
 
-    def leave(self) -> Call:
-        """Leaving the queue, when the wait ends without the permit."""
-        args = QUEUE_CANCEL.args_of(token=self.token, sigprefix=self.resolved.sigprefix)
-        return Call(QUEUE_CANCEL, self.resolved.keys_for(QUEUE_CANCEL), args)
+    def cancel(self) -> Call:
+        """The attempt undone: leaving the queue when the wait ends without the
+        permit, and giving back a permit granted to an attempt whose caller
+        never learned of it (interrupted, cancelled, its reply lost)."""
+        args = PERMIT_CANCEL.args_of(token=self.token)
+        return Call(PERMIT_CANCEL, self.resolved.keys_for(PERMIT_CANCEL), args)
 
 
 class PermitBase(Primitive):
@@ -159,12 +161,14 @@ class PermitBase(Primitive):
     ) -> Generator[Step, Any, AcquireResult]:
         """Acquire (``protocol.acquire``): held, or refused with the retry hint."""
         attempt = self._begin(blocking, blocking_timeout)
+        cancel = attempt.cancel()
         outcome = yield from protocol.acquire(
             protocol.Attempt(
                 name=self.name,
                 call=attempt.call(self.acquire_script),
                 parse=permit_reply,
-                leave=attempt.leave(),
+                leave=cancel,
+                undo=cancel,
                 signal_key=attempt.resolved.sigprefix + attempt.token,
                 chunk=attempt.resolved.chunk,
                 may_wait=attempt.may_wait,

@@ -223,3 +223,103 @@ def test_a_semaphore_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
         waiter.acquire()
     assert redis_client.zcard("redislock:{sem-unawares}:sem:queue") == 0
     holder.release()
+
+
+def _permit(kind: str, name: str, **options: Any) -> Any:
+    from django_redislock import ReadWriteLock, Semaphore
+
+    if kind == "Semaphore":
+        return Semaphore(name, 1, **options)
+    rwlock = ReadWriteLock(name, **options)
+    return rwlock.write() if kind == "write" else rwlock.read()
+
+
+#: Each permit kind's holder key, under ``redislock:{<name>}:``.
+PERMIT_HOLDERS = {"Semaphore": "semaphore", "write": "rwlock", "read": "rwlock"}
+
+
+@pytest.mark.parametrize("blocking", [True, False], ids=["wait", "try"])
+@pytest.mark.parametrize("kind", list(PERMIT_HOLDERS))
+def test_a_permit_acquire_interrupted_after_the_grant_is_given_back(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, kind: str, blocking: bool
+) -> None:
+    """Redis granted the permit but the caller never learned (Ctrl-C on the
+    way back, a reply lost for good): the permit goes back at once instead of
+    belonging to nobody for its whole lease."""
+    name = f"granted-unawares-{kind}"
+    acquirer = _permit(kind, name, timeout=60, blocking=blocking)
+    real = type(acquirer).acquire_script
+
+    class GrantedThenInterrupted:
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(real, attr)  # its call spec, for the caller to build the call
+
+        def __call__(self, *args: Any) -> Any:
+            real(*args)  # granted...
+            raise KeyboardInterrupt  # ...but the caller never learned
+
+    monkeypatch.setattr(acquirer, "acquire_script", GrantedThenInterrupted())
+    with pytest.raises(KeyboardInterrupt):
+        acquirer.acquire()
+    assert redis_client.exists(f"redislock:{{{name}}}:{PERMIT_HOLDERS[kind]}") == 0
+    writer = _permit("write" if kind != "Semaphore" else kind, name, blocking=False)
+    assert writer.acquire()  # nobody's permit is left in the way
+    writer.release()
+
+
+def test_an_interrupted_grant_gives_back_only_its_own_permit(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from django_redislock import Semaphore
+
+    first = Semaphore("own-permit", 2, timeout=60)
+    assert first.acquire()
+    second = Semaphore("own-permit", 2, timeout=60)
+    real = type(second).acquire_script
+
+    class GrantedThenInterrupted:
+        def __getattr__(self, attr: str) -> Any:
+            return getattr(real, attr)
+
+        def __call__(self, *args: Any) -> Any:
+            real(*args)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(second, "acquire_script", GrantedThenInterrupted())
+    with pytest.raises(KeyboardInterrupt):
+        second.acquire()
+    holders = redis_client.zrange("redislock:{own-permit}:semaphore", 0, -1)
+    assert len(holders) == 1 and holders[0].startswith(first._latest().token.encode())
+    first.release()
+
+
+@pytest.mark.parametrize("kind", list(PERMIT_HOLDERS))
+def test_a_cancelled_async_permit_acquire_after_the_grant_is_given_back(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    from django_redislock import AsyncReadWriteLock, AsyncSemaphore
+    from django_redislock.scripts import RWLOCK_ACQUIRE, SEMAPHORE_ACQUIRE
+
+    real_run = async_locks.AsyncConnection.run
+
+    async def ran_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
+        result = await real_run(self, script, keys, args)
+        if script in (SEMAPHORE_ACQUIRE, RWLOCK_ACQUIRE):
+            raise asyncio.CancelledError
+        return result
+
+    monkeypatch.setattr(async_locks.AsyncConnection, "run", ran_then_cancelled)
+    name = f"async-granted-{kind}"
+
+    async def main() -> None:
+        if kind == "Semaphore":
+            permit: Any = AsyncSemaphore(name, 1, timeout=60)
+        else:
+            rwlock = AsyncReadWriteLock(name, timeout=60)
+            permit = rwlock.write() if kind == "write" else rwlock.read()
+        with pytest.raises(asyncio.CancelledError):
+            await permit.acquire()
+
+    asyncio.run(main())
+    monkeypatch.undo()
+    assert redis_client.exists(f"redislock:{{{name}}}:{PERMIT_HOLDERS[kind]}") == 0

@@ -174,7 +174,6 @@ LOCK_RELEASE = Script(
     optional=("queue", "deadlines", "fence", "final"),
 )
 LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
-QUEUE_CANCEL = Script("queue_cancel.lua", keys=("queue", "deadlines"), args=("token", "sigprefix"))
 LOCK_CANCEL = Script(
     "lock_cancel.lua",
     keys=_RELEASE_KEYS,
@@ -189,6 +188,7 @@ RWLOCK_ACQUIRE = Script("rwlock_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_AC
 PERMIT_RELEASE = Script(
     "permit_release.lua", keys=("holders", "queue", "deadlines"), args=("member",)
 )
+PERMIT_CANCEL = Script("permit_cancel.lua", keys=("holders", "queue", "deadlines"), args=("token",))
 PERMIT_EXTEND = Script("permit_extend.lua", keys=("holders",), args=("token", "lease_ms"))
 PERMIT_DESCRIBE = Script("permit_describe.lua", keys=("holders", "queue"))
 PERMIT_CLEAR = Script(

@@ -52,18 +52,26 @@ local function member_limit(member)
   return tonumber(string.match(member, '^[^:]*:[^:]*:(%d+):'))
 end
 
--- The fencing token of the live holder with this token, if any: an attempt
--- sent again after its first reply was lost (redis-py's retry policy) finds
--- the permit it was granted instead of taking a second one. O(holders), and
--- only where the name has holders.
-local function held_by(set, token)
+-- The member and score (a string, 'inf' for a fast-path sole holder) of the
+-- holder with this token, if any. O(holders), and only where the name has
+-- holders.
+local function holder_of(set, token)
   local prefix = token .. ':'
-  for _, member in ipairs(redis.call('ZRANGE', set, 0, -1)) do
-    if string.sub(member, 1, #prefix) == prefix then
-      return tonumber(string.match(member, '^[^:]*:(%d+):'))
+  local all = redis.call('ZRANGE', set, 0, -1, 'WITHSCORES')
+  for i = 1, #all, 2 do
+    if string.sub(all[i], 1, #prefix) == prefix then
+      return all[i], all[i + 1]
     end
   end
   return nil
+end
+
+-- The fencing token of the holder with this token, if any: an attempt sent
+-- again after its first reply was lost (redis-py's retry policy) finds the
+-- permit it was granted instead of taking a second one.
+local function held_by(set, token)
+  local member = holder_of(set, token)
+  return member and tonumber(string.match(member, '^[^:]*:(%d+):'))
 end
 
 -- Add a holder and stretch the key's TTL to cover its lease. fresh: the key
@@ -162,4 +170,58 @@ local function wake_front(queue, deadlines, sigprefix, now_ms, n)
     signal(sigprefix, waiter, ends[i] - now_ms)
   end
   return #front
+end
+
+-- After a holder's permit is taken out of the set (ends: its score, false
+-- when it held none): drop ended leases and wake whoever may go next. For a
+-- Semaphore the waiters entitled to the free permits; for a ReadWriteLock the
+-- readers at the front of the queue, or the writer at its head once nobody
+-- holds. 1 when the permit was live, else 0.
+local function wake_next(set, queue, deadlines, member, ends)
+  local now_ms = server_time()
+  local ours = ends ~= false and tonumber(ends) > now_ms
+  local count = prune(set, now_ms, ends ~= false)
+  if redis.call('EXISTS', queue) == 0 then
+    return ours and 1 or 0
+  end
+  local sigprefix = signal_prefix(queue)
+  local limit = member_limit(member)
+  if limit > 0 then
+    local free = limit - count
+    if free > 0 then
+      wake_front(queue, deadlines, sigprefix, now_ms, free)
+    end
+  else
+    local first = redis.call('ZRANGE', set, 0, 0)[1]
+    if not (first and string.sub(first, 1, 1) == 'w') then
+      local front, dues = queue_front(queue, deadlines, now_ms, READER_BATCH)
+      for i, waiter in ipairs(front) do
+        if string.sub(waiter, 1, 1) == 'w' then
+          if i == 1 and not first then
+            signal(sigprefix, waiter, dues[i] - now_ms)
+          end
+          break
+        end
+        signal(sigprefix, waiter, dues[i] - now_ms)
+      end
+    end
+  end
+  return ours and 1 or 0
+end
+
+-- Take a holder's permit back and wake whoever may go next (wake_next); ends:
+-- its score, false when it holds none. permit_release.lua writes these first
+-- steps out before the preludes, as its fast path.
+local function give_back(set, queue, deadlines, member, ends)
+  if ends == 'inf' then
+    redis.call('DEL', set)  -- alone and unwaited for (see settle)
+    return 1
+  end
+  if ends then
+    redis.call('ZREM', set, member)
+  end
+  if redis.call('EXISTS', set, queue) == 0 then
+    return ends and 1 or 0
+  end
+  return wake_next(set, queue, deadlines, member, ends)
 end

@@ -1,0 +1,29 @@
+-- Undo a Semaphore or ReadWriteLock acquire: the waiter leaves the queue or,
+-- when Redis granted the attempt a permit its caller never learned of (the
+-- reply lost for good, the caller interrupted or cancelled, or Redis running
+-- the attempt after the caller gave up on it), the permit goes back at once
+-- instead of belonging to nobody for its whole lease. Also how a waiter that
+-- gives up leaves the queue (its last attempt was refused: it holds nothing).
+-- KEYS[1] holders    ZSET (see _permits.lua)
+-- KEYS[2] queue
+-- KEYS[3] deadlines
+-- ARGV[1] token      the attempt's (a holder's member starts '<token>:')
+-- Returns 1 when the waiter was queued, 2 when it held a permit, else 0.
+local set, queue, deadlines, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
+local sigprefix = signal_prefix(queue)
+-- at the front, it may have been sent the wake-up: pass it on
+local was_head = redis.call('ZRANGE', queue, 0, 0)[1] == token
+if dequeue(queue, deadlines, sigprefix, token) then
+  if was_head then
+    local now_ms = server_time()
+    wake_head(queue, deadlines, sigprefix, now_ms)
+  end
+  return 1
+end
+local member, ends = holder_of(set, token)
+if not member then
+  return 0
+end
+redis.call('DEL', sigprefix .. token)  -- a wake-up it will never read
+give_back(set, queue, deadlines, member, ends)
+return 2
