@@ -17,6 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from .validation import MAX_LEASE, MIN_LEASE
+
 DEFAULTS: dict[str, Any] = {
     "CACHE": "default",
     "KEY_PREFIX": "redislock",
@@ -85,11 +87,12 @@ def _check_key_prefix(value: Any) -> Problem | None:
 
 
 def _check_timeout(value: Any) -> Problem | None:
-    if _finite(value) and value > 0:
+    if _finite(value) and MIN_LEASE <= value <= MAX_LEASE:
         return None
     return Problem(
         "E006",
-        f"REDISLOCK['TIMEOUT'] must be a positive finite number of seconds, not {value!r}.",
+        f"REDISLOCK['TIMEOUT'] must be a number of seconds from {MIN_LEASE} (1 ms) to "
+        f"{MAX_LEASE:.0f} (a year), not {value!r}.",
         "The default lease is 30 seconds.",
     )
 

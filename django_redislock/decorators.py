@@ -33,7 +33,7 @@ from .context import describing_request
 from .exceptions import LockBackendError, LockTimeout
 from .locks import Lock
 from .transactions import hand_over
-from .validation import check_alias, check_name, check_seconds
+from .validation import check_alias, check_lease, check_name, check_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ def require_lock(
     built by ``responses`` (DRF views get ``{"detail": ...}`` JSON).
     """
     parts = _parse(template)
-    check_seconds(timeout, "timeout")
+    check_lease(timeout)
     check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
     check_alias(using)
     answers = responses.Answers(

@@ -43,12 +43,19 @@ _NUMBERS = (int, float)
 
 #: The shortest lease: Redis counts leases in whole milliseconds.
 MIN_LEASE = 0.001
+#: The longest lease, a year. Far longer ones are not what Redis or the
+#: watchdog take (``PX`` past the server's range is a Redis error, and every
+#: script call and renewal with it would fail, losing a live hold), and are
+#: a unit mistake more often than a wish.
+MAX_LEASE = 365 * 24 * 3600.0
 
 
 def check_lease(value: object, argument: str = "timeout") -> float | None:
     seconds = check_seconds(value, argument)
     if seconds is not None and seconds < MIN_LEASE:
         raise ValueError(f"{argument} must be at least {MIN_LEASE} s (1 ms), got {value!r}.")
+    if seconds is not None and seconds > MAX_LEASE:
+        raise ValueError(f"{argument} must be at most {MAX_LEASE:.0f} s (a year), got {value!r}.")
     return seconds
 
 

@@ -94,6 +94,8 @@ def test_missing_redislock_setting_is_fine() -> None:
         ({"TIMEOUT": -1}, "E006", "TIMEOUT"),
         ({"TIMEOUT": math.nan}, "E006", "TIMEOUT"),
         ({"TIMEOUT": math.inf}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": 0.0005}, "E006", "TIMEOUT"),
+        ({"TIMEOUT": 1e16}, "E006", "TIMEOUT"),
         ({"TIMEOUT": "30"}, "E006", "TIMEOUT"),
         ({"TIMEOUT": True}, "E006", "TIMEOUT"),
         ({"BLOCKING_TIMEOUT": -1}, "E007", "BLOCKING_TIMEOUT"),

@@ -127,6 +127,40 @@ def test_a_lease_below_one_millisecond_is_a_value_error(timeout: float) -> None:
         Lock("tiny", timeout=timeout)
 
 
+@pytest.mark.parametrize("timeout", [1e16, 366 * 24 * 3600.0])
+def test_a_lease_over_a_year_is_a_value_error(timeout: float) -> None:
+    """Not a Redis error at the first acquire (``PX`` out of range)."""
+    from django_redislock import ReadWriteLock, Redlock, Semaphore
+
+    for make in (Lock, lambda name, **kw: Semaphore(name, 2, **kw), ReadWriteLock, Redlock):
+        with pytest.raises(ValueError, match="timeout must be at most"):
+            make("huge", timeout=timeout)
+
+
+def test_an_extend_over_a_year_is_a_value_error_and_changes_nothing(
+    redis_client: redis.Redis,
+) -> None:
+    """Checked before the lease the watchdog renews by is touched: a bad
+    extend must not make every later renewal fail and lose a live hold."""
+    with Lock("huge-extend", timeout=30) as lock:
+        holding = lock._holding()
+        assert holding is not None
+        with pytest.raises(ValueError, match="seconds must be at most"):
+            lock.extend(1e16)
+        assert holding.lease == 30
+        assert holding.renew() is True
+        assert 0 < redis_client.pttl("redislock:{huge-extend}:lock") <= 30_000
+
+
+@pytest.mark.parametrize("timeout", [0.0005, 1e16])
+def test_require_lock_checks_its_lease_when_it_decorates(timeout: float) -> None:
+    """Not on every call (a 500 per request on a view)."""
+    from django_redislock import require_lock
+
+    with pytest.raises(ValueError, match="timeout must be at"):
+        require_lock("job", timeout=timeout)
+
+
 def test_clear_without_a_terminal_is_a_command_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
