@@ -96,7 +96,9 @@ class AsyncLock(LockBase, AsyncPrimitive):
         try:
             try:
                 with backend.translate_errors(self.name):
-                    result = await conn.run(LOCK_RELEASE, holding.keys, self._release_args(holding))
+                    result = await conn.run_to_the_end(
+                        LOCK_RELEASE, holding.keys, self._release_args(holding)
+                    )
             except BaseException:
                 self._release_failed(holding)
                 raise

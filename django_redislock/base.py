@@ -220,10 +220,15 @@ class Primitive(signals.Announcer, Options):
         """``extend()`` of ``holding`` (this holder's, ``None`` when it holds
         nothing), written once for every primitive and driver: ``seconds``
         (default: the lease as it stands) becomes the lease from now on, for the
-        watchdog's renewals too. Below 1 ms is a ``ValueError``, before Redis."""
+        watchdog's renewals too. Below 1 ms is a ``ValueError``, before Redis.
+        A hold already reported lost (``lock_lost``) stays lost: the watchdog
+        has let it go, so an extend that found some lease left would leave it
+        to run out unrenewed while its holder believed it extended."""
         lease = check_lease(seconds, "seconds")
         if holding is None:
             raise self._not_owned()
+        if holding.lost is not None:
+            raise self._lost(holding)
         lease = lease or holding.lease
         call = Call(holding.renew_script, *holding.renew_call(lease))
         with holding.extending(lease) as extended:

@@ -51,6 +51,15 @@ class AsyncConnection:
             return await script.run_async(self.aio, keys, args)
         return await asyncio.to_thread(script, self.sync, keys, args)
 
+    async def run_to_the_end(
+        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        """``run``, shielded: a release goes on to Redis when its caller is
+        cancelled (an ``asyncio.timeout`` or a ``TaskGroup`` ending around an
+        ``async with``). Cut short, it would leave the lock or permit held by
+        nobody for its whole lease; the caller still gets ``CancelledError``."""
+        return await asyncio.shield(self.run(script, keys, args))
+
     async def wait_signal(self, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
         """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time.
 

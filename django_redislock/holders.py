@@ -156,7 +156,9 @@ class Handle:
     def _left(self, holding: Holding) -> None:
         """After a release of ``holding`` through this handle, whatever its outcome."""
         entered = self._entered()
-        if not holding.active:
+        if not holding.active and holding.lost is None:  # released to the end
             entered[:] = [h for h in entered if h is not holding]
         elif entered and entered[-1] is holding:
+            # one level left; of a hold found lost, each outer level this
+            # handle entered is still told so (LockLostError) at its release
             entered.pop()

@@ -344,7 +344,8 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         keys, args = self._release_call(holding)
         try:
             with backend.translate_errors(self.name):
-                result = await AsyncConnection(holding.client).run(self.release_script, keys, args)
+                conn = AsyncConnection(holding.client)
+                result = await conn.run_to_the_end(self.release_script, keys, args)
         except BaseException:
             holding.end()
             raise
