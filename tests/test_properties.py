@@ -217,8 +217,9 @@ class ExclusiveMachine(RuleBasedStateMachine):
         self.holders = self.adapter.holders(self.name, HOLDERS)
         self.depth = [0] * HOLDERS  # what each holder believes: its nesting depth
         self.stale = [False] * HOLDERS  # it believes it holds, but the lease is gone
-        # lost holds it took and has not released yet (a re-entry found them gone
-        # and took the name afresh): each such release raises LockLostError
+        # levels of lost holds it took and has not released yet (a re-entry
+        # found them gone and took the name afresh, or a release of an inner
+        # level found the lease gone): each such release raises LockLostError
         self.lost = [0] * HOLDERS
         self.owner: int | None = None  # who Redis says holds it
         self.last_fence = 0
@@ -244,7 +245,7 @@ class ExclusiveMachine(RuleBasedStateMachine):
         if self.depth[i] and self.stale[i]:
             # asks Redis, which says the hold is gone: it is reported and the
             # acquire is a fresh one; the old hold's levels wait for their release
-            self.lost[i] += 1
+            self.lost[i] += self.depth[i]
             self.depth[i], self.stale[i] = 0, False
         if self.depth[i]:
             fence = h.fencing_token()
@@ -275,6 +276,7 @@ class ExclusiveMachine(RuleBasedStateMachine):
         elif self.stale[i]:
             with pytest.raises(LockLostError):
                 h.release()
+            self.lost[i] += self.depth[i] - 1  # each outer level is told at its release
             self.depth[i], self.stale[i] = 0, False
         else:
             h.release()
