@@ -21,7 +21,15 @@ import pytest
 import redis
 from django.test import override_settings
 
-from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError, fenced_update
+from django_redislock import (
+    AsyncLock,
+    Lock,
+    LockBackendError,
+    LockLostError,
+    ReadWriteLock,
+    Semaphore,
+    fenced_update,
+)
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
 from tests.faultproxy import FaultProxy
@@ -172,6 +180,52 @@ def test_partitioned_holder_is_told_before_anyone_else_can_acquire(
         assert events.get(timeout=30) == ("released", "LockLostError")
         assert other.owned(), "the stale holder's release touched the new holder's lock"
         other.release()
+
+
+# --- failover to a replica that missed the last grants -----------------------------------
+
+FENCED_KINDS: dict[str, Callable[[str], Any]] = {
+    "Lock": lambda name: Lock(name, timeout=30, auto_renew=False),
+    "Semaphore": lambda name: Semaphore(name, 1, timeout=30, auto_renew=False),
+    "ReadWriteLock": lambda name: ReadWriteLock(name, timeout=30, auto_renew=False).write(),
+}
+
+
+@pytest.mark.parametrize("kind", list(FENCED_KINDS))
+def test_fencing_tokens_keep_increasing_across_a_failover_with_replication_lag(
+    redis_server_factory: Callable[..., RedisServer], kind: str
+) -> None:
+    """A replica promoted with a stale fencing counter (it had the name's
+    counter, but not the last grants) must still hand out larger tokens, so
+    that the resource refuses the old holder's writes (docs/guarantees.md)."""
+    primary, replica = redis_server_factory(), redis_server_factory()
+    to_primary, to_replica = primary.client(), replica.client()
+    to_replica.replicaof("127.0.0.1", primary.port)
+    make = FENCED_KINDS[kind]
+    try:
+        with override_settings(CACHES={"default": cache_through(primary.url)}):
+            with make("pay") as replicated:  # the counter exists on both
+                assert replicated.fencing_token is not None
+            deadline = time.monotonic() + 20
+            while to_primary.wait(1, 500) < 1:  # the replica acknowledged all of it
+                assert time.monotonic() < deadline, "the replica never caught up"
+            to_replica.replicaof("NO", "ONE")  # what follows never reaches it: the lag
+            old: list[int] = []
+            for _ in range(5):
+                with make("pay") as holder:
+                    assert holder.fencing_token is not None
+                    old.append(holder.fencing_token)
+        primary.kill()
+        # Sentinel waits down-after-milliseconds (seconds) before it promotes a
+        # replica; the guarantee needs more than 10 ms (scripts/_queue.lua)
+        time.sleep(0.05)
+        with override_settings(CACHES={"default": cache_through(replica.url)}):
+            with make("pay") as promoted:
+                assert promoted.fencing_token is not None
+                assert promoted.fencing_token > max(old), (promoted.fencing_token, old)
+    finally:
+        to_primary.close()
+        to_replica.close()
 
 
 # --- restart without persistence --------------------------------------------------------

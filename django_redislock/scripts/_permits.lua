@@ -110,7 +110,7 @@ local function pin_ttl(set)
   end
 end
 
--- The fast acquire reads no clock: it scores its sole holder +inf and sets the
+-- The fast acquire reads no clock for the lease: it scores its sole holder +inf and sets the
 -- key's TTL to the lease. Only a holder that is alone, with nobody queued, is
 -- ever scored +inf, so its release can skip both checks. Every acquire that
 -- finds one holder (before it joins it, queues behind it or reads its score)

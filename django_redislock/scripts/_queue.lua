@@ -80,20 +80,31 @@ local function mark_waiters(lock)
   end
 end
 
--- Fencing tokens never go backwards, even when Redis restarted empty: the
--- counter starts from the server clock in µs whenever it is (re)created, and
--- it is forgotten only FENCE_MEMORY after it was created, long after the clock
--- has passed any value it reached. The common case is one INCR. fence_ttl_ms
--- defaults to FENCE_MEMORY_MS (scripts that still pass it get what they pass).
+-- Fencing tokens never go backwards, even when Redis restarted empty or a
+-- replica took over. A name's counter only ever grows, so tokens increase
+-- while it lives, whatever the clock does; and a grant finds it moved up to
+-- the server clock in µs (when behind it) no longer than FENCE_SLACK_MS ago:
+-- its TTL, set to FENCE_MEMORY_MS when it was last moved, tells how long ago
+-- that was (a counter just (re)created by the INCR has none). So the clock
+-- carries the order across a failover, when the counter is gone (a restart)
+-- or stale (a replica that had not received the last grants), as long as the
+-- new primary's clock is not behind the old one's and the failover took
+-- longer than the slack, as every Sentinel and Cluster failover does. It is
+-- forgotten FENCE_MEMORY after it was last moved, long after the clock has
+-- passed any value it reached. An INCR and a PTTL; a TIME and a SET at most
+-- once per FENCE_SLACK_MS of a name's use. fence_ttl_ms defaults to
+-- FENCE_MEMORY_MS (scripts that still pass it get what they pass). The fast
+-- paths of lock_acquire, semaphore_acquire and rwlock_acquire write it out.
 local FENCE_MEMORY_MS = 10000
+local FENCE_SLACK_MS = 10
 
 local function next_fence(fence_key, fence_ttl_ms)
+  local memory = fence_ttl_ms or FENCE_MEMORY_MS
   local fence = redis.call('INCR', fence_key)
-  if fence == 1 then
+  if redis.call('PTTL', fence_key) < memory - FENCE_SLACK_MS then
     local _, now_us = server_time()
-    fence = now_us
-    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX',
-      fence_ttl_ms or FENCE_MEMORY_MS)
+    fence = math.max(fence, now_us)
+    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', memory)
   end
   return fence
 end

@@ -40,9 +40,10 @@ local queue_empty = mode ~= 'nest' and redis.call('EXISTS', queue) == 0
 local fence
 if queue_empty then
   fence = redis.call('INCR', fence_key)
-  if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
+  -- (re)created, or last moved up to the clock over FENCE_SLACK_MS ago (next_fence)
+  if redis.call('PTTL', fence_key) < 9990 then  -- FENCE_MEMORY_MS - FENCE_SLACK_MS
     local t = redis.call('TIME')
-    fence = tonumber(t[1]) * 1000000 + tonumber(t[2])
+    fence = math.max(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]))
     redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
   end
   if redis.call('SET', lock,

@@ -19,13 +19,14 @@
 -- stream of readers cannot starve it.
 --
 -- Nobody holding and nobody waiting, the common case, comes first: the same
--- four calls as a Semaphore's (see semaphore_acquire.lua).
+-- calls as a Semaphore's (see semaphore_acquire.lua).
 local set, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 if redis.call('EXISTS', set, queue) == 0 then
   local fence = redis.call('INCR', fence_key)
-  if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
+  -- (re)created, or last moved up to the clock over FENCE_SLACK_MS ago (next_fence)
+  if redis.call('PTTL', fence_key) < 9990 then  -- FENCE_MEMORY_MS - FENCE_SLACK_MS
     local time = redis.call('TIME')
-    fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    fence = math.max(fence, tonumber(time[1]) * 1000000 + tonumber(time[2]))
     redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
   end
   local cut = string.find(ARGV[1], ':', 1, true)

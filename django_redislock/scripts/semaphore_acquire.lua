@@ -18,17 +18,18 @@
 --
 -- The common case, no holder and nobody waiting, comes first and is written
 -- out in full (next_fence and add_holder inlined; any limit >= 1 has room): it
--- runs before the preludes and pays for none of their closures. Four calls and
--- no clock: the sole holder is scored +inf, its lease being the key's TTL
--- (see settle in _permits.lua).
+-- runs before the preludes and pays for none of their closures. It reads the
+-- clock only for the fencing token: the sole holder is scored +inf, its lease
+-- being the key's TTL (see settle in _permits.lua).
 local set, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 
 -- (No holders and no queue: neither key exists; Redis drops an empty ZSET.)
 if redis.call('EXISTS', set, queue) == 0 then
   local fence = redis.call('INCR', fence_key)
-  if fence == 1 then  -- (re)created: start at the server clock, as next_fence does
+  -- (re)created, or last moved up to the clock over FENCE_SLACK_MS ago (next_fence)
+  if redis.call('PTTL', fence_key) < 9990 then  -- FENCE_MEMORY_MS - FENCE_SLACK_MS
     local time = redis.call('TIME')
-    fence = tonumber(time[1]) * 1000000 + tonumber(time[2])
+    fence = math.max(fence, tonumber(time[1]) * 1000000 + tonumber(time[2]))
     redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
   end
   local cut = string.find(ARGV[1], ':', 1, true)
