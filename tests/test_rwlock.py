@@ -175,3 +175,39 @@ def test_writer_gets_in_despite_a_stream_of_readers() -> None:
             time.sleep(0.2)
         stop.set()
     assert max(results) < 3.0, results
+
+
+def test_a_reader_let_in_from_the_queue_wakes_the_readers_behind_it(
+    redis_client: redis.Redis,
+) -> None:
+    """A writer woken at the head of the queue gives up and passes the wake-up
+    to the reader behind it, alone; that reader, let in, wakes the readers
+    behind it up to the next writer, instead of leaving them asleep until
+    their wait chunk ends (found by an independent review)."""
+    from django_redislock.permits import permit_reply
+    from django_redislock.scripts import PERMIT_CANCEL, PERMIT_RELEASE, RWLOCK_ACQUIRE
+
+    base = "redislock:{reader-cascade}:"
+    parts = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
+    holders, fence, queue, deadlines = (base + part for part in parts)
+    signal = base + "signal:"
+
+    def attempt(token: str) -> int:
+        """1: granted, 0: refused and queued."""
+        who = f"{token}:0:1:host:1:MainThread"  # <token>:<limit>:<since_ms>:<holder>
+        keys = [holders, fence, queue, deadlines]
+        return permit_reply(RWLOCK_ACQUIRE(redis_client, keys, [who, 30_000, 3_000]))[0]
+
+    assert attempt("w1") == 1
+    for token in ("w2", "r1", "r2", "r3", "w3", "r4"):
+        assert attempt(token) == 0  # queued, in this order
+    member = redis_client.zrange(holders, 0, 0)[0]
+    assert PERMIT_RELEASE(redis_client, [holders, queue, deadlines], [member]) == 1
+    assert redis_client.llen(signal + "w2") == 1  # the head, a writer, alone is woken
+    assert PERMIT_CANCEL(redis_client, [holders, queue, deadlines], ["w2"]) == 1
+    assert redis_client.llen(signal + "r1") == 1  # the wake-up passed on, to r1 alone
+    assert redis_client.llen(signal + "r2") == 0
+    redis_client.delete(signal + "r1")  # r1 read it
+    assert attempt("r1") == 1
+    assert redis_client.llen(signal + "r2") == 1 and redis_client.llen(signal + "r3") == 1
+    assert redis_client.llen(signal + "w3") == 0 and redis_client.llen(signal + "r4") == 0

@@ -62,22 +62,23 @@ end
 if compatible and redis.call('EXISTS', queue) == 1 then
   local entitled = false
   if reading then
-    -- Readers ahead of us go along with us; a writer ahead stops us.
+    -- Readers ahead of us go along with us, and so do those behind us up to
+    -- the first writer: they are woken (a reader let in after a writer that
+    -- gave up was woken alone); a writer ahead stops us.
     local front, ends = queue_front(queue, deadlines, now_ms, READER_BATCH)
     local blocked = false
     for i, waiter in ipairs(front) do
       if waiter == token then
         entitled = true
-        break
-      end
-      if string.sub(waiter, 1, 1) == 'w' then
+      elseif string.sub(waiter, 1, 1) == 'w' then
         if i == 1 and count == 0 then
           signal(sigprefix, waiter, ends[i] - now_ms)
         end
         blocked = true
         break
+      else
+        signal(sigprefix, waiter, ends[i] - now_ms)
       end
-      signal(sigprefix, waiter, ends[i] - now_ms)
     end
     if not entitled and not blocked and #front < READER_BATCH then
       entitled = true -- only readers are queued: join them
