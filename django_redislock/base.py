@@ -120,6 +120,8 @@ class Primitive(signals.Announcer, Options):
     """
 
     kind = "primitive"
+    #: What its error messages call it, when not its ``kind``.
+    noun = ""
     #: Key parts this primitive uses, in the order its scripts take them.
     parts: tuple[str, ...] = ()
     #: The parts its scripts are sent (``Resolved.script_keys``; empty: all);
@@ -242,20 +244,24 @@ class Primitive(signals.Announcer, Options):
 
     def _timeout_error(self, result: AcquireResult) -> LockTimeout:
         return LockTimeout(
-            f"Could not acquire {self.kind} {self.name!r} in time.",
+            f"Could not acquire {self._noun()} {self.name!r} in time.",
             name=self.name,
             retry_after=result.retry_after,
         )
 
+    def _noun(self) -> str:
+        return self.noun or self.kind
+
     def _not_owned(self) -> LockNotOwnedError:
         return LockNotOwnedError(
-            f"{self.kind.capitalize()} {self.name!r} is not held by this holder.", name=self.name
+            f"{self._noun().capitalize()} {self.name!r} is not held by this holder.",
+            name=self.name,
         )
 
     def _lost(self, holding: Holding) -> LockLostError:
         reason = holding.lost or "the lease expired or was cleared before release"
         return LockLostError(
-            f"{self.kind.capitalize()} {self.name!r} was lost: {reason}.", name=self.name
+            f"{self._noun().capitalize()} {self.name!r} was lost: {reason}.", name=self.name
         )
 
     @staticmethod

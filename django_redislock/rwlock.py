@@ -32,6 +32,7 @@ class _RWSide(PermitBase):
     """One side (read or write) of a read-write lock, used like a ``Lock``."""
 
     kind = "rwlock"
+    noun = "read-write lock"
     parts = _PARTS
     acquire_script = RWLOCK_ACQUIRE
     mode = ""

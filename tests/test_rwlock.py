@@ -211,3 +211,8 @@ def test_a_reader_let_in_from_the_queue_wakes_the_readers_behind_it(
     assert attempt("r1") == 1
     assert redis_client.llen(signal + "r2") == 1 and redis_client.llen(signal + "r3") == 1
     assert redis_client.llen(signal + "w3") == 0 and redis_client.llen(signal + "r4") == 0
+
+
+def test_errors_name_a_read_write_lock_in_words() -> None:
+    with pytest.raises(LockNotOwnedError, match=r"^Read-write lock 'worded' is not held"):
+        ReadWriteLock("worded").write().release()
