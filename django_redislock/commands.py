@@ -27,7 +27,7 @@ from typing import Any, TypeVar, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from .exceptions import LockTimeout
+from .exceptions import LockBackendError, LockTimeout
 from .locks import Lock
 from .validation import check_alias, check_lease, check_name, check_seconds
 
@@ -54,7 +54,12 @@ def single_run(
     ``blocking_timeout``: how long a second run waits for the first (default:
     not at all). A run that cannot have the lock in time raises
     ``CommandError`` with ``returncode=ALREADY_RUNNING``: one line on stderr
-    and exit status 75 from ``manage.py``; ``call_command`` raises it.
+    and exit status 75 from ``manage.py``; ``call_command`` raises it. Redis
+    unreachable, or not answering within ``blocking_timeout``, is a failed
+    run, not a skipped one: a ``CommandError`` with the default status 1 (a
+    hung Redis's ``LockBackendTimeout`` is also a ``LockTimeout``, which must
+    not read as "already running"). So is a lock name that option values
+    make unusable.
     """
     if name is not None:
         check_name(name, "name")
@@ -69,6 +74,10 @@ def single_run(
             lock = Lock(lock_name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
             try:
                 lock.__enter__()
+            except LockBackendError as exc:  # a failed run (status 1), not a skipped one
+                raise CommandError(
+                    f"{_command_name(command)} could not take its lock {lock_name!r}: {exc}"
+                ) from exc
             except LockTimeout as exc:
                 retry = f"; retry in about {exc.retry_after:.0f} s" if exc.retry_after else ""
                 raise CommandError(
@@ -106,4 +115,7 @@ def _lock_name(template: str | None, command: BaseCommand, options: dict[str, An
             )
         return str(options[key])
 
-    return check_name(_PLACEHOLDER.sub(fill, template), "lock name")
+    try:
+        return check_name(_PLACEHOLDER.sub(fill, template), "lock name")
+    except ValueError as exc:  # made from option values: the command line's fault
+        raise CommandError(f"{_command_name(command)}: {exc}") from exc

@@ -147,28 +147,34 @@ class _Plan:
         return None
 
     def name(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """The lock name for this call; ``ValueError`` when it is unusable."""
+        """The lock name for this call; ``ValueError`` when it is unusable.
+
+        A placeholder is filled from the arguments the call was given, then
+        the URL kwargs of the request, then the function's defaults: a view
+        gets its URL kwargs as arguments anyway, and a function that takes a
+        request but is called by another view (whose URL kwargs say nothing
+        of it) must lock the name it was called for.
+        """
         url_kwargs: Mapping[str, Any] = {}
         match = getattr(request, "resolver_match", None) if request is not None else None
         if match is not None:
             url_kwargs = match.kwargs
         bound = self.signature.bind_partial(*args, **kwargs)
-        bound.apply_defaults()
-        arguments = dict(bound.arguments)
+        given = dict(bound.arguments)
         if self.var_keyword is not None:
-            arguments.update(arguments.pop(self.var_keyword, {}))
+            given.update(given.pop(self.var_keyword, {}))
+        bound.apply_defaults()
+        defaults = bound.arguments
         chunks = []
         for part in self.parts:
             if isinstance(part, str):
                 chunks.append(part)
                 continue
             root = part[0]
-            if root in url_kwargs:
-                value = url_kwargs[root]
-            elif root in arguments:
-                value = arguments[root]
-            elif root in self.extra:
-                value = self.extra[root]
+            for source in (given, url_kwargs, defaults, self.extra):
+                if root in source:
+                    value = source[root]
+                    break
             else:
                 raise ValueError(f"placeholder <{'.'.join(part)}> was not given.")
             for attribute in part[1:]:

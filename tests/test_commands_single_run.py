@@ -105,3 +105,33 @@ def test_a_placeholder_that_is_not_an_option_is_a_clear_error() -> None:
 def test_bad_arguments(kwargs: dict[str, Any], error: type[Exception]) -> None:
     with pytest.raises(error):
         single_run(**kwargs)
+
+
+def test_redis_unreachable_is_a_failed_run_not_a_skipped_one() -> None:
+    from django.test import override_settings
+
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    class Nightly(BaseCommand):
+        @single_run("down")
+        def handle(self, *args: Any, **options: Any) -> None:
+            raise AssertionError("must not run")
+
+    down = redis_cache(f"redis://127.0.0.1:{free_port()}/0", SOCKET_CONNECT_TIMEOUT=0.5)
+    with override_settings(CACHES={"default": down}), pytest.raises(CommandError) as info:
+        call_command(Nightly())
+    assert info.value.returncode == 1
+    assert "could not take its lock 'down'" in str(info.value)
+
+
+@pytest.mark.parametrize("day", ["2026-11-25\nrm", "x" * 2000])
+def test_an_option_value_that_makes_a_bad_lock_name_is_a_command_error(day: str) -> None:
+    class Report(BaseCommand):
+        @single_run("report:<day>")
+        def handle(self, *args: Any, **options: Any) -> None:
+            raise AssertionError("must not run")
+
+    with pytest.raises(CommandError, match="lock name") as info:
+        Report().handle(day=day)
+    assert info.value.returncode == 1

@@ -564,3 +564,32 @@ def test_a_plain_function_whose_release_fails_raises() -> None:
 
     with pytest.raises(LockBackendError):
         run("x")
+
+
+def test_a_function_called_from_another_view_locks_the_name_it_was_called_for(
+    other_thread: OtherThread,
+) -> None:
+    """Its own arguments win over the calling view's URL kwargs (found by an
+    independent review: ``reserve(request, pk=7)`` from ``/order/<pk>/`` with
+    order 99 locked ``sku:99``, and ran while ``sku:7`` was held)."""
+    from django.http import HttpResponse
+    from django.urls import ResolverMatch
+
+    seen: list[bool] = []
+
+    @require_lock("sku:<pk>", blocking_timeout=0)
+    def reserve(request: Any, pk: int) -> HttpResponse:
+        seen.append(Lock("sku:7").locked())
+        return HttpResponse("ok")
+
+    request = RequestFactory().get("/order/99/checkout/")
+    request.resolver_match = ResolverMatch(lambda r: None, (), {"pk": 99})
+    assert reserve(request, pk=7).status_code == 200
+    assert seen == [True]  # it ran under sku:7, not sku:99
+    holder = Lock("sku:7")
+    assert other_thread(holder.acquire)
+    try:
+        assert reserve(request, pk=7).status_code == 423  # sku:7 is taken: it waits its turn
+    finally:
+        other_thread(holder.release)
+    assert seen == [True]

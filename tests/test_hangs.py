@@ -313,3 +313,29 @@ def test_a_waiter_on_a_redis_paused_mid_wait_ends_at_its_blocking_timeout(
             paused.resume()
             holder_thread.close()
         assert paused.client.pttl(paused.key(PARTS[kind][0])) == -2
+
+
+def test_single_run_on_a_paused_redis_is_a_failed_run_not_already_running(
+    paused: Pausable,
+) -> None:
+    """A hung Redis's ``LockBackendTimeout`` is a ``LockTimeout`` too; a cron
+    wrapper must not read it as status 75, "skipped" (found by a review)."""
+    from django.core.management.base import BaseCommand, CommandError
+
+    from django_redislock import single_run
+
+    class Nightly(BaseCommand):
+        @single_run("nightly", blocking_timeout=BUDGET)
+        def handle(self, *args: Any, **options: Any) -> None:
+            raise AssertionError("must not run")
+
+    with settings_for(paused, None):
+        warm = Lock("warm", blocking_timeout=BUDGET)
+        assert warm.acquire()  # a pooled connection for this budget, the scripts loaded
+        warm.release()
+        paused.pause()
+        with pytest.raises(CommandError) as info:
+            Nightly().handle()
+        paused.resume()
+    assert info.value.returncode == 1
+    assert isinstance(info.value.__cause__, LockBackendTimeout)
