@@ -164,7 +164,9 @@ def check_inventory_database(app_configs: Any = None, **kwargs: Any) -> list[Che
 
 @register(Tags.caches, Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    raw = getattr(settings, "REDISLOCK", {})
+    raw = getattr(settings, "REDISLOCK", None)
+    if raw is None:  # the defaults, as conf.py reads it
+        raw = {}
     messages: list[CheckMessage] = [
         Error(p.msg, hint=p.hint or None, id=_check_id(p.id)) for p in validate(raw)
     ]

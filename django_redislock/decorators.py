@@ -181,6 +181,8 @@ class _Plan:
                 found = getattr(value, attribute, _MISSING)
                 if found is _MISSING and isinstance(value, Mapping):
                     found = value.get(attribute, _MISSING)
+                    if found is _MISSING:  # a key the request left out: its fault (400)
+                        raise ValueError(f"placeholder <{'.'.join(part)}> was not given.")
                 if found is _MISSING:
                     raise ImproperlyConfigured(
                         f"require_lock: placeholder <{'.'.join(part)}>: "

@@ -70,8 +70,9 @@ def fenced_update(
 ) -> bool:
     """Write ``values`` only where the row's ``field`` is below ``token``; whether it did.
 
-    ``target`` is a saved model instance (its row, by primary key) or a
-    queryset, whose own filter is kept: pass
+    ``target`` is a saved model instance (its row, by primary key, in the
+    database it was read from or saved to) or a queryset, whose own filter
+    and database are kept: pass
     ``Item.objects.filter(pk=pk, stock__gte=n)`` to guard a stock deduction
     by both the fence and the stock. ``values`` are what ``QuerySet.update``
     takes (``F()`` expressions included), and ``field`` is set to ``token`` in
@@ -89,7 +90,9 @@ def fenced_update(
     if isinstance(target, models.Model):
         if target.pk is None:
             raise ValueError("target must be a saved model instance (its pk is None).")
-        queryset: models.QuerySet[Any] = type(target)._default_manager.filter(pk=target.pk)
+        # the database the instance came from, as its save() would use
+        manager = type(target)._default_manager.db_manager(target._state.db)
+        queryset: models.QuerySet[Any] = manager.filter(pk=target.pk)
     elif isinstance(target, models.QuerySet):
         queryset = target
     else:

@@ -75,6 +75,14 @@ def test_missing_redislock_setting_is_fine() -> None:
         assert check_settings() == []
 
 
+def test_redislock_none_is_the_defaults_for_the_check_as_for_the_primitives() -> None:
+    from django_redislock.conf import get_settings
+
+    with override_settings(CACHES=caches(), REDISLOCK=None):
+        assert check_settings() == []
+        assert get_settings().timeout == 30.0
+
+
 @pytest.mark.parametrize(
     ("redislock", "check_id", "mentions"),
     [

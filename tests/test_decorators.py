@@ -593,3 +593,15 @@ def test_a_function_called_from_another_view_locks_the_name_it_was_called_for(
     finally:
         other_thread(holder.release)
     assert seen == [True]
+
+
+def test_a_query_parameter_left_out_is_a_400_not_a_500() -> None:
+    from django.core.exceptions import BadRequest
+    from django.http import HttpResponse
+
+    @require_lock("sku:<request.GET.sku>")
+    def view(request: Any) -> HttpResponse:
+        raise AssertionError("must not run")
+
+    with pytest.raises(BadRequest, match=r"<request\.GET\.sku> was not given"):
+        view(RequestFactory().get("/buy/"))

@@ -113,3 +113,19 @@ def test_racing_processes_leave_the_highest_token() -> None:
     # every applied write was newer than every write applied before it, so the
     # number applied is at most the length of an increasing run of arrivals
     assert 1 <= sum(outcomes.values()) <= len(tokens)
+
+
+def test_an_instance_is_written_in_the_database_it_came_from() -> None:
+    """Not the default one (found by a review: a row read from another
+    database was never written, or a default row with its pk was)."""
+    from django.db.utils import ConnectionDoesNotExist
+
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create(value="a")
+    assert record._state.db == "default"
+    record._state.db = "elsewhere"  # as if read with .using("elsewhere")
+    with pytest.raises(ConnectionDoesNotExist, match="elsewhere"):
+        fenced_update(record, 5, value="b")
+    record._state.db = "default"
+    assert fenced_update(record, 5, value="b")
