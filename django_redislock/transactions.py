@@ -67,8 +67,11 @@ class TransactionLocks:
 
         return wrapper
 
-    def names(self) -> set[str]:
-        return {lock.name for lock in self.locks}
+    def holds(self, lock: Lock) -> bool:
+        """Whether this transaction holds ``lock``'s name already: the same
+        name on the same cache alias (and key prefix), not the name alone."""
+        key = lock._own_hold_key()
+        return any(held._own_hold_key() == key for held in self.locks)
 
     def release_all(self) -> None:
         """The transaction is over: release everything, never raising into the
@@ -95,7 +98,7 @@ def hand_over(lock: Lock) -> bool:
     for connection in connections.all(initialized_only=True):
         if connection.in_atomic_block:
             holds = TransactionLocks.of(connection)
-            if lock.name in holds.names():
+            if holds.holds(lock):
                 return False
             holds.hold([lock])
             return True
@@ -110,11 +113,12 @@ def hold_until_transaction_end(names: list[str], using: str, options: Mapping[st
     holds otherwise is re-entered, never waited on.
     """
     holds = TransactionLocks.of(transaction.get_connection(using))
-    wanted = sorted(set(names) - holds.names())
+    candidates = {name: Lock(name, **options) for name in set(names)}
+    wanted = sorted(name for name, lock in candidates.items() if not holds.holds(lock))
     if not wanted:
         return
     if len(wanted) == 1:
-        lock = Lock(wanted[0], **options)
+        lock = candidates[wanted[0]]
         lock.__enter__()  # LockTimeout when it cannot be had in time
         holds.hold([lock])
         return

@@ -162,6 +162,35 @@ def test_a_hold_with_a_cache_alias_of_its_own_is_another_name(
 
 
 @pytest.mark.django_db(transaction=True)
+def test_one_name_on_two_cache_aliases_is_two_holds_for_the_transaction(
+    redis_url: str,
+) -> None:
+    """The transaction knew its holds by name only: the second alias's hold
+    was released at once, while its writes were not committed (found by a
+    review)."""
+    from tests.settings import redis_cache
+
+    other_db = redis_url.rsplit("/", 1)[0] + "/4"
+    caches = {"default": redis_cache(redis_url), "b": redis_cache(other_db)}
+
+    @require_lock("report:1", using="b")
+    def on_b() -> None:
+        pass
+
+    @require_lock("report:1")
+    def on_default() -> None:
+        pass
+
+    with override_settings(CACHES=caches):
+        with transaction.atomic():
+            on_b()
+            on_default()
+            assert refused_elsewhere("report:1")  # default's, held until the commit
+        assert not Lock("report:1").locked()
+        assert not Lock("report:1", using="b").locked()
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_nested_decorated_call_keeps_the_name_until_the_commit(
     other_thread: OtherThread,
 ) -> None:
