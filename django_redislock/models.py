@@ -65,9 +65,10 @@ def _update_returning_sql(
     else:
         return None
     quote = connection.ops.quote_name
-    table = quote(model._meta.db_table)
-    stock_field = model._meta.get_field(model.stock_field)
-    pk_field = model._meta.pk
+    owner = _stock_owner(model)
+    table = quote(owner._meta.db_table)
+    stock_field = owner._meta.get_field(model.stock_field)
+    pk_field = owner._meta.pk
     assert isinstance(stock_field, models.Field)
     assert pk_field is not None
     column, pk = quote(str(stock_field.column)), quote(str(pk_field.column))
@@ -75,6 +76,16 @@ def _update_returning_sql(
         f"UPDATE {table} SET {column} = {column} - %s "
         f"WHERE {pk} = %s AND {column} >= %s RETURNING {column}"
     )
+
+
+def _stock_owner(model: type[models.Model]) -> type[models.Model]:
+    """The concrete model whose table holds the stock column: the model itself,
+    or for a multi-table-inheritance child or a proxy, the parent that
+    declares the field. Its row is the one every class of the item shares."""
+    stock_field = model._meta.get_field(model.stock_field)  # type: ignore[attr-defined]
+    owner = stock_field.model._meta.concrete_model
+    assert owner is not None
+    return owner
 
 
 class InventoryMixin(models.Model):
@@ -88,7 +99,9 @@ class InventoryMixin(models.Model):
     - ``inventory_lock_options``: keyword arguments for the item locks
       (``timeout``, ``blocking_timeout``, ``auto_renew``, ``using``).
     - ``inventory_lock_name(pk)``: the lock name of an item; by default
-      ``"<app_label>.<model_name>:<pk>"``, e.g. ``"shop.sku:42"``.
+      ``"<app_label>.<model_name>:<pk>"``, e.g. ``"shop.sku:42"``, of the
+      model whose table holds the stock: a proxy or a multi-table-inheritance
+      child uses its parent's, so every class of one row takes one lock.
     """
 
     stock = models.PositiveIntegerField(default=0)
@@ -101,7 +114,7 @@ class InventoryMixin(models.Model):
 
     @classmethod
     def inventory_lock_name(cls, pk: Any) -> str:
-        return f"{cls._meta.label_lower}:{pk}"
+        return f"{_stock_owner(cls)._meta.label_lower}:{pk}"
 
     @classmethod
     def _inventory_db(cls, instance: models.Model | None = None) -> str:
@@ -189,7 +202,7 @@ class InventoryMixin(models.Model):
             )
             connection = transaction.get_connection(using)
             returning = _update_returning_sql(cls, connection)
-            pk_field = cls._meta.pk
+            pk_field = _stock_owner(cls)._meta.pk
             assert pk_field is not None
             left: dict[Any, int] = {}
             for pk in sorted(quantities, key=str):

@@ -25,6 +25,17 @@ class Item(InventoryMixin):
     title = models.CharField(max_length=50, default="")
 
 
+class SpecialItem(Item):
+    """A multi-table-inheritance child: its stock lives in ``Item``'s table."""
+
+    note = models.CharField(max_length=20, default="")
+
+
+class ProxyItem(Item):
+    class Meta:
+        proxy = True
+
+
 class Gadget(InventoryMixin):
     """Stock kept in a field of another name."""
 

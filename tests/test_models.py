@@ -12,7 +12,7 @@ from django_redislock import models as inventory
 from django_redislock.watchdog import watchdog
 from tests.holders import OtherThread, refused_elsewhere
 from tests.inventory_workers import buy_carts, buy_loop, buy_via_view
-from tests.models import Gadget, Item, Order
+from tests.models import Gadget, Item, Order, ProxyItem, SpecialItem
 from tests.procs import processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -325,3 +325,20 @@ def test_a_lease_lost_before_commit_does_not_break_the_commit(
     assert stock(item) == 4  # committed all the same: the guarded write kept it right
     assert "after the transaction ended" in caplog.text
     assert watchdog.watching() == 0
+
+
+def test_a_multi_table_child_deducts_from_its_parents_row_under_the_parents_lock() -> None:
+    """The stock column lives in the parent's table: the UPDATE must run there
+    (it failed with "no such column"), and every class of the row (parent,
+    child, proxy) must take one lock name (found by a review)."""
+    special = SpecialItem.objects.create(stock=5, title="t")
+    names = {cls.inventory_lock_name(special.pk) for cls in (Item, SpecialItem, ProxyItem)}
+    assert names == {f"tests.item:{special.pk}"}
+    assert special.deduct(2) == 3
+    assert stock(special) == 3
+    with pytest.raises(InsufficientStock):
+        special.deduct(4)
+    assert stock(special) == 3  # nothing changed
+    assert SpecialItem.deduct_many({special.pk: 1}) == {special.pk: 2}
+    assert ProxyItem.objects.get(pk=special.pk).deduct(2) == 0
+    assert not Lock(f"tests.item:{special.pk}").locked()
