@@ -230,11 +230,17 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except (OpsError, ValueError) as exc:
             messages.error(request, str(exc))
             return HttpResponseRedirect(changelist)
+        # the holders the operator confirmed (the form carries their fencing
+        # tokens): if the name changed hands since, the page is shown again
+        confirmed = source.get("holders") if request.method == "POST" else None
+        changed = False
         try:
             client, prefix = connect()
             info = kind.describe(client, prefix, name)
             if info is not None and request.method == "POST":
-                released = kind.clear(client, prefix, name)
+                changed = confirmed is not None and confirmed != inspection.holders_signature(info)
+                if not changed:
+                    released = kind.clear(client, prefix, name)
             now = dashboard.server_time(client)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             messages.error(request, self._error(exc))
@@ -245,7 +251,13 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 _("%(kind)s “%(name)s” is not held any more.") % {"kind": kind.kind, "name": name},
             )
             return HttpResponseRedirect(changelist)
-        if request.method == "POST":
+        if changed:
+            messages.warning(
+                request,
+                _("%(kind)s “%(name)s” changed hands since you confirmed; nothing was released.")
+                % {"kind": kind.kind, "name": name},
+            )
+        elif request.method == "POST":
             self._log(request, info, released)
             messages.success(
                 request,
@@ -258,6 +270,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "title": _("Force-release %(kind)s") % {"kind": kind.kind},
             "info": info,
             "holders": dashboard.holders(info, now),
+            "holders_signature": inspection.holders_signature(info),
             "changelist_url": changelist,
         }
         return TemplateResponse(request, "admin/django_redislock/confirm_release.html", context)

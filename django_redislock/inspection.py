@@ -41,6 +41,14 @@ class HeldInfo:
         return max(tokens) if tokens else None
 
 
+def holders_signature(info: HeldInfo) -> str:
+    """Who holds a name, as an operator confirmed it: its holders' fencing
+    tokens, sorted. A force-release checks it again just before it clears,
+    so that a name that changed hands meanwhile is not cleared from under a
+    holder nobody was shown."""
+    return ",".join(sorted(str(h.fencing_token) for h in info.holders))
+
+
 class Kind(Protocol):
     kind: str
     main_part: str

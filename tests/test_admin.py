@@ -485,3 +485,29 @@ def test_semaphore_waiters_show_their_context_too(
         "report nightly",
         "reporter",
     )
+
+
+def test_a_release_confirmed_for_one_holder_never_clears_the_next(admin_client: Client) -> None:
+    """The form carries the confirmed holders' fencing tokens: if the name
+    changed hands between the confirmation page and the POST, nothing is
+    released and the page shows the new holder (found by a review: the new
+    holder was cleared, and got LockLostError)."""
+    first = Lock("handed", auto_renew=False)
+    assert first.acquire()
+    body = admin_client.get(RELEASE, {"name": "handed", "kind": "lock"}).content.decode()
+    confirmed = re.search(r'name="holders" value="([^"]*)"', body)
+    assert confirmed is not None and confirmed.group(1) == str(first.fencing_token)
+    first.release()
+    second = Lock("handed", auto_renew=False)
+    assert second.acquire()
+    form = {"name": "handed", "kind": "lock", "holders": confirmed.group(1)}
+    response = admin_client.post(RELEASE, form)
+    assert response.status_code == 200  # the confirmation again, with the new holder
+    assert "changed hands since you confirmed" in response.content.decode()
+    assert str(second.fencing_token) in response.content.decode()
+    assert second.owned()
+    assert not LogEntry.objects.exists()
+    form["holders"] = str(second.fencing_token)  # confirmed again, for this holder
+    assert admin_client.post(RELEASE, form).status_code == 302
+    with pytest.raises(LockLostError):
+        second.release()

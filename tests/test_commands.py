@@ -138,6 +138,32 @@ def test_clear_asks_for_confirmation() -> None:
     assert not lock.owned()
 
 
+def test_clear_leaves_a_name_that_changed_hands_while_the_operator_read(
+    other_thread: Any,
+) -> None:
+    """The holder listed let go while the question was on screen and another
+    took the name: that one was never shown, so it is not cleared (found by a
+    review of the admin's same race)."""
+    first, second = Lock("listed", auto_renew=False), Lock("listed", auto_renew=False)
+    assert first.acquire()
+    kept = Lock("unchanged", auto_renew=False)
+    assert kept.acquire()
+
+    def hand_over_then_answer(prompt: str = "") -> str:
+        first.release()
+        assert other_thread(second.acquire)
+        return "yes"
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch("builtins.input", hand_over_then_answer):
+        call_command("locks", "clear", "listed", "unchanged", stdout=out, stderr=err)
+    assert "Not cleared, changed hands since listed: listed" in err.getvalue()
+    assert "Released lock unchanged" in out.getvalue()
+    assert other_thread(second.owned)
+    assert not kept.owned()
+    other_thread(second.release)
+
+
 def test_clear_pattern_and_all() -> None:
     locks = [Lock(n, auto_renew=False) for n in ("job:1", "job:2", "other")]
     for lock in locks:

@@ -289,10 +289,29 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {info.kind} {info.name} ({len(info.holders)} holder(s))")
             if len(targets) > 50:
                 self.stdout.write(f"  … and {len(targets) - 50} more")
-        if interactive and not self._confirm():
-            self.stdout.write("Cancelled.")
-            return
+        if interactive:
+            if not self._confirm():
+                self.stdout.write("Cancelled.")
+                return
+            targets = self._unchanged(client, prefix, targets)
         self._release(client, prefix, targets)
+
+    def _unchanged(self, client: Any, prefix: str, targets: list[HeldInfo]) -> list[HeldInfo]:
+        """The targets still held by the holders listed before the answer: a
+        name that changed hands while the operator read the list is left to
+        its new holder, nobody having been shown it."""
+        listed = {(i.kind, i.name): inspection.holders_signature(i) for i in targets}
+        by_kind: dict[str, list[str]] = {}
+        for info in targets:
+            by_kind.setdefault(info.kind, []).append(info.name)
+        still: list[HeldInfo] = []
+        for kind in inspection.kinds(by_kind):
+            for info in inspection.describe_many(kind, client, prefix, by_kind[kind.kind]):
+                if listed[info.kind, info.name] == inspection.holders_signature(info):
+                    still.append(info)
+                elif self.verbosity > 0:
+                    self.stderr.write(f"Not cleared, changed hands since listed: {info.name}")
+        return still
 
     def _confirm(self) -> bool:
         try:
