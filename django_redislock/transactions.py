@@ -27,6 +27,28 @@ logger = logging.getLogger(__name__)
 _HOLDS_ATTRIBUTE = "_django_redislock_transaction_locks"
 
 
+class _Handed:
+    """One level of a hold handed to the open transactions of one or more
+    databases: released when the last of them has ended. A view under
+    ``ATOMIC_REQUESTS`` on two databases runs inside both transactions, and
+    its writes to either are uncommitted until that one ends."""
+
+    __slots__ = ("lock", "pending")
+
+    def __init__(self, lock: Lock, pending: int = 1) -> None:
+        self.lock = lock
+        self.pending = pending
+
+    def end(self) -> bool:
+        """One of its transactions ended; whether that released it (``LockError``
+        when the release found the lease lost)."""
+        self.pending -= 1
+        if self.pending > 0:
+            return False
+        self.lock.release()
+        return True
+
+
 class TransactionLocks:
     """Locks one database connection holds until its current transaction ends.
 
@@ -42,8 +64,8 @@ class TransactionLocks:
 
     def __init__(self, connection: BaseDatabaseWrapper) -> None:
         self.connection = connection
-        #: One entry per hold handed over, released in reverse order.
-        self.locks: list[Lock] = []
+        #: One entry per hold handed over, ended in reverse order.
+        self.locks: list[_Handed] = []
         for method in ("commit", "rollback"):
             setattr(connection, method, self._after(getattr(connection, method), final=False))
         connection.close = self._after(connection.close, final=True)  # type: ignore[method-assign]
@@ -71,38 +93,46 @@ class TransactionLocks:
         """Whether this transaction holds ``lock``'s name already: the same
         name on the same cache alias (and key prefix), not the name alone."""
         key = lock._own_hold_key()
-        return any(held._own_hold_key() == key for held in self.locks)
+        return any(held.lock._own_hold_key() == key for held in self.locks)
 
-    def release_all(self) -> None:
-        """The transaction is over: release everything, never raising into the
-        commit or rollback that just happened (a lost lease has already been
-        reported through ``lock_lost``; the guarded UPDATE kept the stock right)."""
-        locks, self.locks = self.locks, []
-        for lock in reversed(locks):
+    def release_all(self) -> int:
+        """The transaction is over: release what it alone still held, never
+        raising into the commit or rollback that just happened (a lost lease
+        has already been reported through ``lock_lost``; the guarded UPDATE
+        kept the stock right). Returns how many holds it released."""
+        handed, self.locks = self.locks, []
+        released = 0
+        for entry in reversed(handed):
             try:
-                lock.release()
+                released += entry.end()
             except LockError as exc:
-                logger.warning("Releasing %r after the transaction ended: %s", lock.name, exc)
+                released += 1
+                logger.warning("Releasing %r after the transaction ended: %s", entry.lock.name, exc)
+        return released
 
     def hold(self, locks: Iterable[Lock]) -> None:
-        self.locks.extend(locks)
+        self.locks.extend(_Handed(lock) for lock in locks)
 
 
 def hand_over(lock: Lock) -> bool:
     """Hand one level of the current thread's hold through ``lock`` to the open
-    transaction (of the first connection in an atomic block), which releases it
-    after its commit or rollback. ``False``, to release now, when no
-    transaction is open or it already holds the name until its end."""
+    transactions (of every connection in an atomic block), the last of which
+    to end releases it after its commit or rollback. ``False``, to release
+    now, when no transaction is open or one already holds the name until its
+    end."""
     if lock.fencing_token is None:  # the current thread holds nothing through it
         return False
-    for connection in connections.all(initialized_only=True):
-        if connection.in_atomic_block:
-            holds = TransactionLocks.of(connection)
-            if holds.holds(lock):
-                return False
-            holds.hold([lock])
-            return True
-    return False
+    open_ = [
+        TransactionLocks.of(connection)
+        for connection in connections.all(initialized_only=True)
+        if connection.in_atomic_block
+    ]
+    if not open_ or any(holds.holds(lock) for holds in open_):
+        return False
+    handed = _Handed(lock, len(open_))
+    for holds in open_:
+        holds.locks.append(handed)
+    return True
 
 
 def hold_until_transaction_end(names: list[str], using: str, options: Mapping[str, Any]) -> None:
@@ -144,6 +174,5 @@ def release_transaction_holds(using: str | None = None) -> int:
     for alias in aliases:
         holds: TransactionLocks | None = connections[alias].__dict__.get(_HOLDS_ATTRIBUTE)
         if holds is not None:
-            released += len(holds.locks)
-            holds.release_all()
+            released += holds.release_all()
     return released

@@ -190,6 +190,54 @@ def test_one_name_on_two_cache_aliases_is_two_holds_for_the_transaction(
         assert not Lock("report:1", using="b").locked()
 
 
+class _OpenTransaction:
+    """A database connection inside an atomic block, as ``transactions`` sees one."""
+
+    def __init__(self) -> None:
+        self.in_atomic_block = True
+
+    def end(self) -> None:  # what atomic's outermost exit does
+        self.in_atomic_block = False
+        self.commit()
+
+    def commit(self) -> None:
+        pass
+
+    def rollback(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_hold_handed_to_two_databases_transactions_ends_with_the_last(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ATOMIC_REQUESTS`` on two databases: the view runs inside both
+    transactions, which commit one after the other. The hold went to the
+    first one only, which commits first, so the lock was free while the
+    writes to the other were not committed yet (found by a review)."""
+    from django_redislock import transactions
+
+    inner, outer = _OpenTransaction(), _OpenTransaction()
+
+    class Connections:
+        def all(self, initialized_only: bool = False) -> list[_OpenTransaction]:
+            return [inner, outer]
+
+    monkeypatch.setattr(transactions, "connections", Connections())
+
+    @require_lock("sku:<pk>")
+    def view(pk: int) -> None:
+        pass
+
+    view(3)
+    inner.end()
+    assert refused_elsewhere("sku:3"), "freed before the other database committed"
+    outer.end()
+    assert not Lock("sku:3").locked()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_nested_decorated_call_keeps_the_name_until_the_commit(
     other_thread: OtherThread,
