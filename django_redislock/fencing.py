@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import models
+from django.db import models, router
 
 __all__ = ["FenceField", "fenced_update"]
 
@@ -71,7 +71,7 @@ def fenced_update(
     """Write ``values`` only where the row's ``field`` is below ``token``; whether it did.
 
     ``target`` is a saved model instance (its row, by primary key, in the
-    database it was read from or saved to) or a queryset, whose own filter
+    database its ``save()`` would write to) or a queryset, whose own filter
     and database are kept: pass
     ``Item.objects.filter(pk=pk, stock__gte=n)`` to guard a stock deduction
     by both the fence and the stock. ``values`` are what ``QuerySet.update``
@@ -90,8 +90,10 @@ def fenced_update(
     if isinstance(target, models.Model):
         if target.pk is None:
             raise ValueError("target must be a saved model instance (its pk is None).")
-        # the database the instance came from, as its save() would use
-        manager = type(target)._default_manager.db_manager(target._state.db)
+        # the database its save() would write to: the routers', else the one
+        # it came from (never a read replica it was read from)
+        using = router.db_for_write(type(target), instance=target)
+        manager = type(target)._default_manager.db_manager(using)
         queryset: models.QuerySet[Any] = manager.filter(pk=target.pk)
     elif isinstance(target, models.QuerySet):
         queryset = target

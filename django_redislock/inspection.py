@@ -11,6 +11,7 @@ Listing uses SCAN (never KEYS) with ``MATCH <prefix>:{*}:<main part>``.
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -42,11 +43,13 @@ class HeldInfo:
 
 
 def holders_signature(info: HeldInfo) -> str:
-    """Who holds a name, as an operator confirmed it: its holders' fencing
-    tokens, sorted. A force-release checks it again just before it clears,
-    so that a name that changed hands meanwhile is not cleared from under a
-    holder nobody was shown."""
-    return ",".join(sorted(str(h.fencing_token) for h in info.holders))
+    """Who holds a name, as an operator confirmed it: digests of its holders'
+    tokens (unique per hold; the tokens themselves stay out of pages), sorted.
+    A force-release checks it again just before it clears, so that a name
+    that changed hands meanwhile is not cleared from under a holder nobody
+    was shown."""
+    digests = (hashlib.sha256(h.token.encode()).hexdigest()[:16] for h in info.holders)
+    return ",".join(sorted(digests))
 
 
 class Kind(Protocol):

@@ -64,8 +64,12 @@ def _update_returning_sql(
             return None
     else:
         return None
-    quote = connection.ops.quote_name
     owner = _stock_owner(model)
+    if owner is not model._meta.concrete_model:
+        # a multi-table child: the ORM's UPDATE joins its own table, so a
+        # parent row that is not one of its rows is not deducted
+        return None
+    quote = connection.ops.quote_name
     table = quote(owner._meta.db_table)
     stock_field = owner._meta.get_field(model.stock_field)
     pk_field = owner._meta.pk

@@ -33,18 +33,23 @@ class _Handed:
     ``ATOMIC_REQUESTS`` on two databases runs inside both transactions, and
     its writes to either are uncommitted until that one ends."""
 
-    __slots__ = ("lock", "pending")
+    __slots__ = ("lock", "owners", "pending")
 
-    def __init__(self, lock: Lock, pending: int = 1) -> None:
+    def __init__(self, lock: Lock, owners: list[TransactionLocks]) -> None:
         self.lock = lock
-        self.pending = pending
+        self.owners = owners
+        self.pending = len(owners)
 
-    def end(self) -> bool:
-        """One of its transactions ended; whether that released it (``LockError``
-        when the release found the lease lost)."""
-        self.pending -= 1
+    def end(self, owner: TransactionLocks, *, now: bool = False) -> bool:
+        """``owner``'s transaction ended (``now``: release it whatever the
+        others', as ``release_transaction_holds`` does); whether that released
+        it (``LockError`` when the release found the lease lost)."""
+        self.pending = 0 if now else self.pending - 1
         if self.pending > 0:
             return False
+        for other in self.owners:
+            if other is not owner and self in other.locks:
+                other.locks.remove(self)
         self.lock.release()
         return True
 
@@ -95,23 +100,24 @@ class TransactionLocks:
         key = lock._own_hold_key()
         return any(held.lock._own_hold_key() == key for held in self.locks)
 
-    def release_all(self) -> int:
-        """The transaction is over: release what it alone still held, never
-        raising into the commit or rollback that just happened (a lost lease
-        has already been reported through ``lock_lost``; the guarded UPDATE
-        kept the stock right). Returns how many holds it released."""
+    def release_all(self, *, now: bool = False) -> int:
+        """The transaction is over: release what it alone still held (``now``:
+        everything it holds), never raising into the commit or rollback that
+        just happened (a lost lease has already been reported through
+        ``lock_lost``; the guarded UPDATE kept the stock right). Returns how
+        many holds it released."""
         handed, self.locks = self.locks, []
         released = 0
         for entry in reversed(handed):
             try:
-                released += entry.end()
+                released += entry.end(self, now=now)
             except LockError as exc:
                 released += 1
                 logger.warning("Releasing %r after the transaction ended: %s", entry.lock.name, exc)
         return released
 
     def hold(self, locks: Iterable[Lock]) -> None:
-        self.locks.extend(_Handed(lock) for lock in locks)
+        self.locks.extend(_Handed(lock, [self]) for lock in locks)
 
 
 def hand_over(lock: Lock) -> bool:
@@ -129,7 +135,7 @@ def hand_over(lock: Lock) -> bool:
     ]
     if not open_ or any(holds.holds(lock) for holds in open_):
         return False
-    handed = _Handed(lock, len(open_))
+    handed = _Handed(lock, open_)
     for holds in open_:
         holds.locks.append(handed)
     return True
@@ -164,8 +170,10 @@ def release_transaction_holds(using: str | None = None) -> int:
     test's transaction never commits, so holds handed to it last until the
     test ends. Call this where the test wants the state after the commit, as
     ``captureOnCommitCallbacks(execute=True)`` does for ``on_commit``.
-    ``using``: one database alias (default: every connection). Returns how
-    many holds were released.
+    ``using``: one database alias (default: every connection); a hold
+    handed to that transaction and to others' too (``ATOMIC_REQUESTS`` on
+    several databases) is released now all the same. Returns how many holds
+    were released.
     """
     aliases = (
         [using] if using is not None else [c.alias for c in connections.all(initialized_only=True)]
@@ -174,5 +182,5 @@ def release_transaction_holds(using: str | None = None) -> int:
     for alias in aliases:
         holds: TransactionLocks | None = connections[alias].__dict__.get(_HOLDS_ATTRIBUTE)
         if holds is not None:
-            released += holds.release_all()
+            released += holds.release_all(now=True)
     return released

@@ -129,3 +129,23 @@ def test_an_instance_is_written_in_the_database_it_came_from() -> None:
         fenced_update(record, 5, value="b")
     record._state.db = "default"
     assert fenced_update(record, 5, value="b")
+
+
+class _PrimaryWrites:
+    """A primary/replica router: reads from a replica, writes to the primary."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return "default"
+
+
+def test_an_instance_read_from_a_replica_is_written_on_the_primary() -> None:
+    """Where its ``save()`` writes (the routers), not where it was read from."""
+    from django.test import override_settings
+
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create(value="a")
+    record._state.db = "replica"  # as if read through the router's replica
+    with override_settings(DATABASE_ROUTERS=[f"{__name__}._PrimaryWrites"]):
+        assert fenced_update(record, 5, value="b")
+    assert FencedRecord.objects.get(pk=record.pk).value == "b"

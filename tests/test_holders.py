@@ -238,6 +238,37 @@ def test_a_hold_handed_to_two_databases_transactions_ends_with_the_last(
     assert not Lock("sku:3").locked()
 
 
+def test_release_transaction_holds_of_one_database_releases_a_hold_shared_with_another(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In a test with several databases each test transaction is open, so a
+    hold goes to all of them; releasing it for one alias must release it."""
+    from django_redislock import transactions
+
+    first, second = _OpenTransaction(), _OpenTransaction()
+    first.alias, second.alias = "default", "other"  # type: ignore[attr-defined]
+
+    class Connections:
+        def all(self, initialized_only: bool = False) -> list[_OpenTransaction]:
+            return [first, second]
+
+        def __getitem__(self, alias: str) -> _OpenTransaction:
+            return {"default": first, "other": second}[alias]
+
+    monkeypatch.setattr(transactions, "connections", Connections())
+
+    @require_lock("sku:<pk>")
+    def view(pk: int) -> None:
+        pass
+
+    view(4)
+    assert transactions.release_transaction_holds("default") == 1
+    assert not Lock("sku:4").locked()
+    assert transactions.release_transaction_holds() == 0
+    second.end()  # its commit finds nothing left to release
+    assert not Lock("sku:4").locked()
+
+
 @pytest.mark.django_db(transaction=True)
 def test_a_nested_decorated_call_keeps_the_name_until_the_commit(
     other_thread: OtherThread,

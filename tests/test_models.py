@@ -342,3 +342,7 @@ def test_a_multi_table_child_deducts_from_its_parents_row_under_the_parents_lock
     assert SpecialItem.deduct_many({special.pk: 1}) == {special.pk: 2}
     assert ProxyItem.objects.get(pk=special.pk).deduct(2) == 0
     assert not Lock(f"tests.item:{special.pk}").locked()
+    plain = Item.objects.create(stock=4)  # a parent row that is no SpecialItem
+    with pytest.raises(SpecialItem.DoesNotExist):
+        SpecialItem.deduct_many({plain.pk: 1})
+    assert stock(plain) == 4

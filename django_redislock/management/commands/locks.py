@@ -306,11 +306,16 @@ class Command(BaseCommand):
             by_kind.setdefault(info.kind, []).append(info.name)
         still: list[HeldInfo] = []
         for kind in inspection.kinds(by_kind):
-            for info in inspection.describe_many(kind, client, prefix, by_kind[kind.kind]):
+            found = inspection.describe_many(kind, client, prefix, by_kind[kind.kind])
+            for info in found:
                 if listed[info.kind, info.name] == inspection.holders_signature(info):
                     still.append(info)
                 elif self.verbosity > 0:
                     self.stderr.write(f"Not cleared, changed hands since listed: {info.name}")
+            gone = set(by_kind[kind.kind]) - {info.name for info in found}
+            for name in sorted(gone):
+                if self.verbosity > 0:
+                    self.stderr.write(f"Not held any more: {name}")
         return still
 
     def _confirm(self) -> bool:
