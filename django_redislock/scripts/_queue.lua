@@ -68,6 +68,21 @@ local function dequeue(queue, deadlines, sigprefix, token)
   return false
 end
 
+-- A waiter gives up: out of the queue and, when it was at the front (so it may
+-- have been sent the wake-up), the wake-up passed on to the next live waiter.
+-- Whether it was queued.
+local function leave_queue(queue, deadlines, sigprefix, token)
+  local was_head = redis.call('ZRANGE', queue, 0, 0)[1] == token
+  if not dequeue(queue, deadlines, sigprefix, token) then
+    return false
+  end
+  if was_head then
+    local now_ms = server_time()
+    wake_head(queue, deadlines, sigprefix, now_ms)
+  end
+  return true
+end
+
 -- Set the waiters flag of a held lock's value, so its release wakes the queue.
 local function mark_waiters(lock)
   local value = redis.call('GET', lock)

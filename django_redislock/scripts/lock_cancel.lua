@@ -13,12 +13,7 @@ if not queue then
   fence_key, queue, deadlines = lock_keys(lock)
 end
 local token, sigprefix = ARGV[1], signal_prefix(lock)
-local was_head = redis.call('ZRANGE', queue, 0, 0)[1] == token
-if dequeue(queue, deadlines, sigprefix, token) then
-  if was_head then
-    local now_ms = server_time()
-    wake_head(queue, deadlines, sigprefix, now_ms)
-  end
+if leave_queue(queue, deadlines, sigprefix, token) then
   return 1
 end
 local value = redis.call('GET', lock)

@@ -11,13 +11,7 @@
 -- Returns 1 when the waiter was queued, 2 when it held a permit, else 0.
 local set, queue, deadlines, token = KEYS[1], KEYS[2], KEYS[3], ARGV[1]
 local sigprefix = signal_prefix(queue)
--- at the front, it may have been sent the wake-up: pass it on
-local was_head = redis.call('ZRANGE', queue, 0, 0)[1] == token
-if dequeue(queue, deadlines, sigprefix, token) then
-  if was_head then
-    local now_ms = server_time()
-    wake_head(queue, deadlines, sigprefix, now_ms)
-  end
+if leave_queue(queue, deadlines, sigprefix, token) then
   return 1
 end
 local member, ends = holder_of(set, token)
