@@ -33,23 +33,23 @@ class _Handed:
     ``ATOMIC_REQUESTS`` on two databases runs inside both transactions, and
     its writes to either are uncommitted until that one ends."""
 
-    __slots__ = ("lock", "owners", "pending")
+    __slots__ = ("lock", "owners")
 
     def __init__(self, lock: Lock, owners: list[TransactionLocks]) -> None:
         self.lock = lock
+        #: The transactions it was handed to that have not ended yet.
         self.owners = owners
-        self.pending = len(owners)
 
     def end(self, owner: TransactionLocks, *, now: bool = False) -> bool:
         """``owner``'s transaction ended (``now``: release it whatever the
         others', as ``release_transaction_holds`` does); whether that released
         it (``LockError`` when the release found the lease lost)."""
-        self.pending = 0 if now else self.pending - 1
-        if self.pending > 0:
+        self.owners.remove(owner)
+        if self.owners and not now:
             return False
         for other in self.owners:
-            if other is not owner and self in other.locks:
-                other.locks.remove(self)
+            other.locks.remove(self)
+        self.owners = []
         self.lock.release()
         return True
 

@@ -301,9 +301,7 @@ class Command(BaseCommand):
         name that changed hands while the operator read the list is left to
         its new holder, nobody having been shown it."""
         listed = {(i.kind, i.name): inspection.holders_signature(i) for i in targets}
-        by_kind: dict[str, list[str]] = {}
-        for info in targets:
-            by_kind.setdefault(info.kind, []).append(info.name)
+        by_kind = _names_by_kind(targets)
         still: list[HeldInfo] = []
         for kind in inspection.kinds(by_kind):
             found = inspection.describe_many(kind, client, prefix, by_kind[kind.kind])
@@ -331,11 +329,8 @@ class Command(BaseCommand):
         return answer.strip().lower() == "yes"
 
     def _release(self, client: Any, prefix: str, targets: list[HeldInfo]) -> None:
-        by_kind: dict[str, list[str]] = {}
-        holders: dict[tuple[str, str], list[str]] = {}
-        for info in targets:
-            by_kind.setdefault(info.kind, []).append(info.name)
-            holders[info.kind, info.name] = [h.holder for h in info.holders]
+        by_kind = _names_by_kind(targets)
+        holders = {(i.kind, i.name): [h.holder for h in i.holders] for i in targets}
         who, where = audit.os_user(), audit.this_process("manage.py locks clear")
         total, done, released = len(targets), 0, 0
         show_progress = total > PROGRESS_THRESHOLD and self.verbosity > 0
@@ -358,3 +353,10 @@ class Command(BaseCommand):
                         f"Cleared {done}/{total}…", ending="\r" if sys.stderr.isatty() else "\n"
                     )
         self.say(f"Released {released} of {total}.", self.style.SUCCESS)
+
+
+def _names_by_kind(targets: list[HeldInfo]) -> dict[str, list[str]]:
+    by_kind: dict[str, list[str]] = {}
+    for info in targets:
+        by_kind.setdefault(info.kind, []).append(info.name)
+    return by_kind
