@@ -1,4 +1,4 @@
-"""A Lock's per-name usage counters, ``acquired`` and ``wait_ms``, batched per process.
+"""A Lock's per-name usage counters, ``acquired``, ``waited`` and ``wait_ms``, batched per process.
 
 The counters hash (``<prefix>:{<name>}:stats``, see ``scripts/_stats.lua``)
 used to be incremented by the acquire script itself. That ``HINCRBY`` was a
@@ -45,7 +45,8 @@ WRITE_TIMEOUT = 2.0
 
 
 class Tally:
-    """Counts not yet written: ``(id(client), stats key) -> [client, ttl, acquired, wait_ms]``."""
+    """Counts not yet written:
+    ``(id(client), stats key) -> [client, ttl, acquired, wait_ms, waited]``."""
 
     def __init__(self, *, background: bool = True) -> None:
         #: Start the writing thread on the first count (off: only ``flush`` writes).
@@ -59,15 +60,19 @@ class Tally:
         self._thread: threading.Thread | None = None
 
     def acquired(self, client: Any, stats_key: bytes, ttl_ms: int, waited: float) -> None:
-        """Count one acquire of the name whose counters are ``stats_key``."""
-        waited_ms = round(waited * 1000) if waited > 0 else 0
+        """Count one acquire of the name whose counters are ``stats_key``;
+        ``waited``: the seconds it waited in line, 0 when it did not (then it
+        is not one of the ``waited`` acquires that ``wait_ms`` averages over)."""
+        waits = 1 if waited > 0 else 0
+        waited_ms = round(waited * 1000) if waits else 0
         with self._lock:
             entry = self._pending.get((id(client), stats_key))
             if entry is None:
-                self._pending[(id(client), stats_key)] = [client, ttl_ms, 1, waited_ms]
+                self._pending[(id(client), stats_key)] = [client, ttl_ms, 1, waited_ms, waits]
             else:
                 entry[2] += 1
                 entry[3] += waited_ms
+                entry[4] += waits
             if self._thread is None and self.background:
                 self._start()
 
@@ -81,13 +86,13 @@ class Tally:
             return
         self._thread = thread
 
-    def pending(self, client: Any, stats_key: bytes) -> tuple[int, int]:
-        """``(acquired, wait_ms)`` counted for ``stats_key`` on ``client`` and
-        not written yet: a reader on a latency-bound path adds them to what it
-        read instead of paying a flush's round trip."""
+    def pending(self, client: Any, stats_key: bytes) -> tuple[int, int, int]:
+        """``(acquired, wait_ms, waited)`` counted for ``stats_key`` on
+        ``client`` and not written yet: a reader on a latency-bound path adds
+        them to what it read instead of paying a flush's round trip."""
         with self._lock:
             entry = self._pending.get((id(client), stats_key))
-            return (entry[2], entry[3]) if entry is not None else (0, 0)
+            return (entry[2], entry[3], entry[4]) if entry is not None else (0, 0, 0)
 
     def _run(self) -> None:
         me = threading.current_thread()
@@ -129,8 +134,10 @@ def _write(client: Any, entries: list[list[Any]]) -> None:
 
     def write(target: Any) -> None:
         pipe = target.pipeline(transaction=False)
-        for key, _, ttl_ms, acquired, wait_ms in entries:
+        for key, _, ttl_ms, acquired, wait_ms, waited in entries:
             pipe.hincrby(key, "acquired", acquired)
+            if waited:
+                pipe.hincrby(key, "waited", waited)
             if wait_ms:
                 pipe.hincrby(key, "wait_ms", wait_ms)
             pipe.pexpire(key, ttl_ms)

@@ -358,7 +358,7 @@ def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]
 
 
 #: Counters kept per name (see ``scripts/_stats.lua`` and ``counters.py``).
-STAT_FIELDS = ("acquired", "contended", "lost", "wait_ms")
+STAT_FIELDS = ("acquired", "contended", "waited", "lost", "wait_ms")
 
 
 def _glob_escape(text: str) -> str:

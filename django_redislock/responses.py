@@ -124,9 +124,12 @@ def retry_after(error: LockTimeout, *, timeout: float | None, using: str | None)
     """Seconds until a caller refused ``error.name`` would likely get it.
 
     From the name's counters (``REDISLOCK['STATS']``): past acquirers that
-    found the lock taken waited ``wait_ms / contended`` on average, about one
-    hold each; this caller would wait for the current hold and for each
-    waiter queued now, so the estimate is that average times (queued + 1).
+    waited in line and got the lock waited ``wait_ms / waited`` on average,
+    about one hold each; this caller would wait for the current hold and for
+    each waiter queued now, so the estimate is that average times (queued +
+    1). Refused calls are left out of the average: they add to
+    ``contended`` but not to ``wait_ms``, so dividing by ``contended`` made
+    the estimate shrink with every 423, the busier the name the sooner.
     It is capped by the holder's remaining lease (or the lock's lease when
     that is unknown), and is at least 1. With no history (counters off, or
     the first contention of the name) it is the holder's remaining lease.
@@ -146,26 +149,29 @@ def retry_after(error: LockTimeout, *, timeout: float | None, using: str | None)
 
 
 def _history(name: str, using: str | None) -> tuple[float | None, int]:
-    """The average wait in seconds per contended acquire (``None`` when never
-    waited for) and the number of waiters queued now: one round trip.
+    """The average wait in seconds of an acquire that waited and got the
+    lock (``None`` when never waited for) and the number of waiters queued
+    now: one round trip.
 
-    ``wait_ms`` is written batched (``counters.py``): this process's own
-    waits not written yet are added from its tally, other processes' may be
-    up to a second behind.
+    ``wait_ms`` and ``waited`` are written batched (``counters.py``): this
+    process's own waits not written yet are added from its tally, other
+    processes' may be up to a second behind. A counters hash written before
+    ``waited`` was counted has only ``contended`` to divide by.
     """
     settings = get_settings()
     alias = using or settings.cache
     client, prefix = backend.get_client(alias), backend.namespace(alias, settings.key_prefix)
     stats_key = backend.key(prefix, name, "stats")
     pipe = client.pipeline(transaction=False)
-    pipe.hmget(stats_key, ["contended", "wait_ms"])
+    pipe.hmget(stats_key, ["waited", "wait_ms", "contended"])
     pipe.zcard(backend.key(prefix, name, "queue"))
-    (contended, wait_ms), queued = pipe.execute()
-    contended = int(contended or 0)
-    wait_ms = int(wait_ms or 0) + counters.pending(client, stats_key.encode())[1]
-    if not contended or not wait_ms:
+    (waited, wait_ms, contended), queued = pipe.execute()
+    _, own_wait_ms, own_waited = counters.pending(client, stats_key.encode())
+    wait_ms = int(wait_ms or 0) + own_wait_ms
+    waits = int(waited or 0) + own_waited or int(contended or 0)
+    if not waits or not wait_ms:
         return None, int(queued)
-    return wait_ms / contended / 1000.0, int(queued)
+    return wait_ms / waits / 1000.0, int(queued)
 
 
 def log_unavailable(request: Any, error: LockBackendError, answer: str) -> None:

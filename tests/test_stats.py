@@ -71,6 +71,7 @@ def test_contention_and_wait_time(redis_client: redis.Redis, other_thread: Other
     # the refused try and the waiter's first refusal; the waiter's re-checks are not counted again
     assert found["contended"] == 2
     assert found["acquired"] == 2
+    assert found["waited"] == 1  # the waiter, not the refused try: wait_ms averages over it
     assert found["wait_ms"] >= 150
 
 
@@ -191,9 +192,9 @@ def test_pending_counts_are_readable_before_they_are_written(tally: counters.Tal
     client, other = object(), object()
     tally.acquired(client, b"k", 60_000, 0.25)
     tally.acquired(client, b"k", 60_000, 0.0)
-    assert tally.pending(client, b"k") == (2, 250)
-    assert tally.pending(other, b"k") == (0, 0)  # another server's counters
-    assert tally.pending(client, b"j") == (0, 0)
+    assert tally.pending(client, b"k") == (2, 250, 1)
+    assert tally.pending(other, b"k") == (0, 0, 0)  # another server's counters
+    assert tally.pending(client, b"j") == (0, 0, 0)
 
 
 def test_counts_that_cannot_be_written_are_dropped_quietly() -> None:
@@ -201,7 +202,7 @@ def test_counts_that_cannot_be_written_are_dropped_quietly() -> None:
     own = counters.Tally(background=False)
     own.acquired(dead, b"redislock:{x}:stats", 60_000, 0.5)
     own.flush()  # no exception: statistics never break a lock
-    assert own.pending(dead, b"redislock:{x}:stats") == (0, 0)  # dropped, not kept to retry
+    assert own.pending(dead, b"redislock:{x}:stats") == (0, 0, 0)  # dropped, not kept to retry
 
 
 def test_a_hung_redis_holds_a_write_up_for_the_write_timeout_only(
@@ -248,7 +249,7 @@ def test_a_thread_that_cannot_start_never_fails_the_count(
     own.acquired(client, b"k", 60_000, 0.0)  # no exception reaches the acquire
     own.acquired(client, b"k", 60_000, 0.0)
     assert len(starts) == 2  # each count tries again
-    assert own.pending(client, b"k") == (2, 0)  # and nothing was lost
+    assert own.pending(client, b"k") == (2, 0, 0)  # and nothing was lost
 
 
 def test_inspect_and_json_show_counters() -> None:
@@ -257,7 +258,7 @@ def test_inspect_and_json_show_counters() -> None:
         call_command("locks", "inspect", "report", stdout=out)
         data = io.StringIO()
         call_command("locks", "inspect", "report", "--json", stdout=data)
-    assert "counters: acquired=1, contended=0, lost=0, wait_ms=0" in out.getvalue()
+    assert "counters: acquired=1, contended=0, waited=0, lost=0, wait_ms=0" in out.getvalue()
     assert json.loads(data.getvalue())["counters"] == {"acquired": 1}
 
 
