@@ -251,6 +251,19 @@ def abandoned(future: concurrent.futures.Future[Any], seconds: float) -> Abandon
 workers = Workers()
 
 
+def within(client: Any, seconds: float, func: Callable[[Any], T]) -> T:
+    """``func(client)``, given up after about ``seconds``: on ``client`` when
+    its own socket timeout is that short, else on a sibling with that timeout,
+    else on a worker thread (``Abandoned``). For background writes (counters,
+    history) that must not hold a process's exit up for a hung Redis."""
+    bound = siblings.get(client, seconds)
+    if bound is None:
+        return func(client)
+    if bound.client is not None:
+        return func(bound.client)
+    return workers.call(bound.seconds, func, client)
+
+
 #: A clean-up: the client, the call, until when to try, the command it must follow.
 _Cleanup = tuple[Any, "Call", float, "concurrent.futures.Future[Any] | None"]
 

@@ -55,9 +55,19 @@ class Tally:
 
     def reset(self) -> None:
         """Forget the tally and the thread (a forked child has neither)."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._pending: dict[tuple[int, bytes], list[Any]] = {}
         self._thread: threading.Thread | None = None
+
+    def _forked(self) -> bool:
+        """Whether this is a child forked without the fork hooks (``os.fork``
+        from C, as uWSGI does without ``py-call-osafterfork``): then reset
+        here, before taking a lock a parent's thread may have held."""
+        if self._pid == os.getpid():
+            return False
+        self.reset()
+        return True
 
     def acquired(self, client: Any, stats_key: bytes, ttl_ms: int, waited: float) -> None:
         """Count one acquire of the name whose counters are ``stats_key``;
@@ -65,6 +75,7 @@ class Tally:
         is not one of the ``waited`` acquires that ``wait_ms`` averages over)."""
         waits = 1 if waited > 0 else 0
         waited_ms = round(waited * 1000) if waits else 0
+        self._forked()
         with self._lock:
             entry = self._pending.get((id(client), stats_key))
             if entry is None:
@@ -90,6 +101,7 @@ class Tally:
         """``(acquired, wait_ms, waited)`` counted for ``stats_key`` on
         ``client`` and not written yet: a reader on a latency-bound path adds
         them to what it read instead of paying a flush's round trip."""
+        self._forked()
         with self._lock:
             entry = self._pending.get((id(client), stats_key))
             return (entry[2], entry[3], entry[4]) if entry is not None else (0, 0, 0)
@@ -114,6 +126,8 @@ class Tally:
         not retried: they are statistics, and a backlog must not grow while
         Redis is away.
         """
+        if self._forked():  # the parent's counts are the parent's to write
+            return
         with self._lock:
             pending, self._pending = self._pending, {}
         by_client: dict[int, list[list[Any]]] = {}
@@ -143,13 +157,7 @@ def _write(client: Any, entries: list[list[Any]]) -> None:
             pipe.pexpire(key, ttl_ms)
         pipe.execute()
 
-    bound = bounds.siblings.get(client, WRITE_TIMEOUT)
-    if bound is None:  # the client's own socket timeout is short enough
-        write(client)
-    elif bound.client is not None:
-        write(bound.client)
-    else:
-        bounds.workers.call(bound.seconds, write, client)
+    bounds.within(client, WRITE_TIMEOUT, write)
 
 
 #: The process's tally.

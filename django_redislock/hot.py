@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import backend, signals
+from . import backend, bounds, counters, signals
 from .conf import get_settings
 
 logger = logging.getLogger(__name__)
@@ -84,14 +84,25 @@ class Recorder:
     def reset(self) -> None:
         """Forget the tally and the flushing thread (a forked child must not
         write its parent's tally, and has no thread until it records)."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._tally: dict[tuple[int, str], list[int]] = {}
         self._thread: threading.Thread | None = None
+
+    def _forked(self) -> bool:
+        """Whether this is a child forked without the fork hooks (``os.fork``
+        from C, as uWSGI does without ``py-call-osafterfork``): then reset
+        here, before taking a lock a parent's thread may have held."""
+        if self._pid == os.getpid():
+            return False
+        self.reset()
+        return True
 
     def _record(self, name: str, updates: tuple[tuple[int, int], ...]) -> None:
         if not get_settings().stats:
             return
         key = (int(self._clock() // 60), name)
+        self._forked()
         with self._lock:
             entry = self._tally.get(key)
             if entry is None:
@@ -99,16 +110,32 @@ class Recorder:
             for index, n in updates:
                 entry[index] += n
             if self._thread is None and self.background:
-                self._thread = threading.Thread(
-                    target=self._run, name="django_redislock.hot", daemon=True
-                )
-                self._thread.start()
+                self._start()
+
+    def _start(self) -> None:
+        """Start the flushing thread (the lock held). One that cannot start
+        is left unset, so the next record tries again; recording never fails
+        a lock."""
+        thread = threading.Thread(target=self._run, name="django_redislock.hot", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # "can't start new thread"
+            logger.warning("Could not start the lock history's thread", exc_info=True)
+            return
+        self._thread = thread
+
+    def stop(self) -> None:
+        """Write what is tallied and let the thread end (a newer recorder
+        replaces this one: ``install``)."""
+        with self._lock:
+            self._thread = None
+        self.flush()
 
     def _run(self) -> None:
         me = threading.current_thread()
         while True:
             time.sleep(FLUSH_SECONDS)
-            if self._thread is not me:  # reset(), or this is a forked child's copy
+            if self._thread is not me:  # reset(), stop(), or a forked child's copy
                 return
             self.flush()
 
@@ -136,12 +163,17 @@ class Recorder:
         self._record(name, ((_LOST, 1),))
 
     def flush(self) -> None:
+        """Write the tally, within ``counters.WRITE_TIMEOUT`` (a hung Redis
+        must not hold a process's exit up for its socket timeout); what
+        cannot be written is dropped."""
+        if self._forked():  # the parent's tally is the parent's to write
+            return
         with self._lock:
             tally, self._tally = self._tally, {}
         if not tally:
             return
-        try:
-            client, prefix = self._connect()
+
+        def write(client: Any) -> None:
             pipe = client.pipeline(transaction=False)
             for (minute, name), counts in tally.items():
                 key = minute_key(prefix, minute)
@@ -151,6 +183,10 @@ class Recorder:
             for minute in {minute for minute, _ in tally}:
                 pipe.expire(minute_key(prefix, minute), KEEP_SECONDS)
             pipe.execute()
+
+        try:
+            client, prefix = self._connect()
+            bounds.within(client, counters.WRITE_TIMEOUT, write)
         except Exception:  # never let history keeping break a lock
             logger.debug("Could not write the per-minute lock history", exc_info=True)
 
@@ -160,14 +196,33 @@ def _connect() -> tuple[Any, str]:
     return backend.get_client(settings.cache), settings.key_prefix
 
 
-def install() -> Recorder:
-    """Record this process's signals (called once, from ``AppConfig.ready``)."""
-    recorder = Recorder(_connect)
-    for signal, receiver in (
+def _receivers(recorder: Recorder) -> tuple[tuple[Any, Callable[..., None]], ...]:
+    return (
         (signals.lock_acquired, recorder.acquired),
         (signals.lock_contended, recorder.contended),
         (signals.lock_lost, recorder.lost),
-    ):
+    )
+
+
+def _installed() -> set[Recorder]:
+    """The recorders an earlier ``install`` tapped."""
+    found = (getattr(r, "__self__", None) for r in signals.tapped(signals.lock_acquired))
+    return {recorder for recorder in found if isinstance(recorder, Recorder)}
+
+
+def install() -> Recorder:
+    """Record this process's signals (from ``AppConfig.ready``).
+
+    ``ready()`` may run more than once (a test overriding
+    ``INSTALLED_APPS``): a recorder installed before is stopped and untapped
+    first, so every acquire is recorded once.
+    """
+    for old in _installed():
+        for signal, receiver in _receivers(old):
+            signals.untap(signal, receiver)
+        old.stop()
+    recorder = Recorder(_connect)
+    for signal, receiver in _receivers(recorder):
         signals.tap(signal, receiver)  # directly: see signals._TAPS
     os.register_at_fork(after_in_child=recorder.reset)
     atexit.register(recorder.flush)
@@ -223,8 +278,8 @@ def hot_names(
     each with its series over the whole history (for the charts)."""
     totals: dict[str, Counter[str]] = {}
     for minute in history[-window:]:
-        for name, counters in minute.items():
-            totals.setdefault(name, Counter()).update(counters)
+        for name, counts in minute.items():
+            totals.setdefault(name, Counter()).update(counts)
     ranked = sorted(
         (name for name, c in totals.items() if c[order] > 0),
         key=lambda name: (-totals[name][order], name),

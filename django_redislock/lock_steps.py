@@ -167,6 +167,8 @@ class LockBase(Handle, Primitive):
     ) -> Generator[Step, Any, AcquireResult]:
         """Acquire: held, or refused with the server's retry hint."""
         settings = resolved.settings
+        if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
+            watchdog.ensure_running()
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         hold_key = self._hold_key(resolved.alias, resolved.keys[0])
         holding = self._reentry(hold_key)

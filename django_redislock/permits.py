@@ -161,6 +161,8 @@ class PermitBase(Primitive):
     ) -> Generator[Step, Any, AcquireResult]:
         """Acquire (``protocol.acquire``): held, or refused with the retry hint."""
         attempt = self._begin(blocking, blocking_timeout)
+        if attempt.resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
+            watchdog.ensure_running()
         cancel = attempt.cancel()
         outcome = yield from protocol.acquire(
             protocol.Attempt(

@@ -50,6 +50,11 @@ def untap(signal: Signal, receiver: Callable[..., Any]) -> None:
         del _TAPS[signal]
 
 
+def tapped(signal: Signal) -> tuple[Callable[..., Any], ...]:
+    """The receivers ``tap`` gave ``signal``."""
+    return _TAPS.get(signal, ())
+
+
 def wanted(signal: Signal) -> bool:
     """Whether anyone listens: only then are a signal's keywords worth building."""
     return bool(signal.receivers) or signal in _TAPS

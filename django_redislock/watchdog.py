@@ -28,7 +28,7 @@ import time
 import weakref
 from typing import Protocol
 
-from .exceptions import LockBackendError
+from .exceptions import LockBackendError, LockError
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,12 @@ def _due(holding: Renewable, now: float) -> float:
 
 class Watchdog:
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty, with no thread: new, or a forked child's (which must never
+        renew or release what its parent holds)."""
+        self._pid = os.getpid()
         # watch/unwatch (twice per acquire) take the bare lock: Condition's own
         # __enter__ is Python code.
         self._lock = threading.Lock()
@@ -70,17 +76,56 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
 
+    def _forked(self) -> None:
+        """Reset in a child forked without the fork hooks (``os.fork`` from C,
+        as uWSGI does without ``py-call-osafterfork``), before taking a lock
+        a parent's thread may have held: the parent's thread is not here."""
+        if self._pid != os.getpid():
+            self._reset()
+
+    def ensure_running(self) -> None:
+        """Start the thread before an acquire that will need it.
+
+        A process that cannot start a thread (its thread, pid or memory limit
+        reached) then fails the acquire with ``LockError`` before Redis grants
+        anything, instead of holding a lease nothing renews.
+        """
+        self._forked()
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._start()
+
+    def _start(self) -> None:
+        """Start the thread (``_lock`` held); left unset if it cannot start,
+        so the next acquire tries again."""
+        thread = threading.Thread(target=self._run, name="django-redislock-watchdog", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread"
+            raise LockError(f"could not start the thread that renews leases: {exc}") from exc
+        self._thread = thread
+
     def watch(self, holding: Renewable) -> None:
+        """Renew ``holding`` from now on. Should the thread (gone idle since
+        ``ensure_running``) fail to start again, the holding is reported lost
+        at once: a lease nothing renews must not lapse unannounced."""
         due = _due(holding, time.monotonic())
+        self._forked()
         with self._lock:
             self._watched[id(holding)] = (weakref.ref(holding), due)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="django-redislock-watchdog", daemon=True
-                )
-                self._thread.start()
-            elif due < self._wake_at:
-                self._cond.notify()
+            if self._thread is not None:
+                if due < self._wake_at:
+                    self._cond.notify()
+                return
+            try:
+                self._start()
+                return
+            except LockError as exc:
+                del self._watched[id(holding)]
+                failure = exc
+        holding.mark_lost(str(failure))
 
     def reschedule(self, holding: Renewable) -> None:
         """The lease changed (``extend``): renew by the new one, if watched."""
@@ -191,14 +236,7 @@ class Watchdog:
         self.unwatch(holding)
         holding.mark_lost(reason)
 
-    def _reset_after_fork(self) -> None:
-        self._lock = threading.Lock()
-        self._cond = threading.Condition(self._lock)
-        self._watched = {}
-        self._thread = None
-        self._wake_at = float("inf")
-
 
 watchdog = Watchdog()
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=watchdog._reset_after_fork)
+    os.register_at_fork(after_in_child=watchdog._reset)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
 import time
@@ -10,22 +11,24 @@ import warnings
 import pytest
 import redis
 
-from django_redislock import Lock, LockNotOwnedError, bounds
+from django_redislock import Lock, LockNotOwnedError, bounds, counters, hot
 from django_redislock.watchdog import watchdog
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
 
-def fork_and_run(child: object, in_parent: object = None) -> int:
+def fork_and_run(child: object, in_parent: object = None, *, hooks: bool = True) -> int:
     """Run ``child()`` in a forked process; its return value is the exit status.
 
     ``in_parent()``, if given, runs in the parent right after the fork.
+    ``hooks=False`` forks with C's ``fork()``, as uWSGI does without
+    ``py-call-osafterfork``: no ``os.register_at_fork`` hook runs.
     """
     with warnings.catch_warnings():
         # 3.12+ warns that forking a multi-threaded process (the watchdog) may deadlock;
         # the child here touches nothing the watchdog holds.
         warnings.simplefilter("ignore", DeprecationWarning)
-        pid = os.fork()
+        pid = os.fork() if hooks else ctypes.CDLL(None, use_errno=True).fork()
     if pid == 0:  # pragma: no cover - runs in the child
         status = 1
         try:
@@ -127,3 +130,46 @@ def test_bounded_workers_start_afresh_in_the_child() -> None:
             return 0 if workers.call(5, int, "2") == 2 else 4
 
         assert fork_and_run(child) == 0
+
+
+# forked without the hooks (uWSGI without py-call-osafterfork) --------------------
+
+
+def test_a_child_forked_without_the_hooks_renews_its_own_leases() -> None:
+    """The parent's watchdog thread is not in the child: the child's
+    watchdog must see that for itself and start its own."""
+    with Lock("hookless:parent", timeout=5):  # the parent's thread, idle for 5 s
+        pass
+    assert watchdog._thread is not None
+
+    def child() -> int:
+        lock = Lock("hookless:child", timeout=0.6)
+        lock.acquire()
+        time.sleep(2.0)  # over three leases: only renewals keep it
+        if not lock.owned():
+            return 2
+        lock.release()
+        return 0
+
+    assert fork_and_run(child, hooks=False) == 0
+
+
+def test_a_child_forked_without_the_hooks_never_writes_its_parents_counts(
+    redis_client: redis.Redis,
+) -> None:
+    tally = counters.Tally(background=False)
+    tally.acquired(redis_client, b"redislock:{hookless}:stats", 60_000, 0.0)
+    recorder = hot.Recorder(lambda: (redis_client, "redislock"), background=False)
+    recorder.acquired(Lock, "hookless")
+
+    def child() -> int:
+        tally.flush()
+        recorder.flush()
+        return 0
+
+    assert fork_and_run(child, hooks=False) == 0
+    tally.flush()
+    recorder.flush()
+    assert redis_client.hget("redislock:{hookless}:stats", "acquired") == b"1"
+    minutes = [m for m in hot.read(redis_client, "redislock", time.time(), 2) if m]
+    assert [m["hookless"]["acquired"] for m in minutes] == [1]

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import threading
 import time
+import types
 from collections import Counter
 from typing import Any
 
+import pytest
 import redis
 
-from django_redislock import hot
+from django_redislock import Lock, counters, hot, signals
 
 
 class Clock:
@@ -74,6 +77,76 @@ def test_a_redis_failure_never_reaches_the_lock() -> None:
     rec = hot.Recorder(broken, Clock(0.0))
     rec.lost(None, name="x")
     rec.flush()  # logged at DEBUG, not raised
+
+
+def test_a_thread_that_cannot_start_is_tried_again(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One refused start left the thread set but never running: the history
+    was never written again and the tally grew for good."""
+    refused = []
+
+    class Refused(threading.Thread):
+        def start(self) -> None:
+            refused.append(self)
+            raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(hot, "threading", types.SimpleNamespace(
+        Thread=Refused, Lock=threading.Lock, current_thread=threading.current_thread
+    ))  # fmt: skip
+    rec = hot.Recorder(lambda: (redis_client, "redislock"))
+    rec.lost(None, name="x")
+    rec.lost(None, name="x")
+    assert len(refused) == 2  # each record tries again
+    monkeypatch.setattr(hot, "threading", threading)
+    rec.lost(None, name="started")
+    key = hot.minute_key("redislock", int(time.time() // 60))
+    deadline = time.monotonic() + 20
+    while not redis_client.hget(key, "started\x1flost"):
+        assert time.monotonic() < deadline, "the tally was never written"
+        time.sleep(0.05)
+    rec.reset()
+
+
+def test_installing_again_replaces_the_recorder(redis_client: redis.Redis) -> None:
+    """``AppConfig.ready()`` runs again when a test overrides INSTALLED_APPS:
+    every acquire must still be recorded once."""
+    before = hot._installed()
+    assert len(before) == 1  # the app's own, from ready()
+    try:
+        newer = hot.install()
+        assert hot._installed() == {newer}
+        assert sum(1 for r in signals.tapped(signals.lock_acquired) if r == newer.acquired) == 1
+        with Lock("installed-twice"):
+            pass
+        assert sum(c[0] for c in newer._tally.values()) == 1
+        assert all(not old._tally for old in before)
+    finally:
+        newer.stop()
+        for signal, receiver in hot._receivers(newer):
+            signals.untap(signal, receiver)
+        for old in before:  # the app's own again, as the other tests expect
+            for signal, receiver in hot._receivers(old):
+                signals.tap(signal, receiver)
+
+
+def test_a_hung_redis_holds_the_flush_up_for_the_write_timeout_only(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flush at exit: before, it waited out the client's socket timeout."""
+    from tests.faultproxy import FaultProxy
+
+    monkeypatch.setattr(counters, "WRITE_TIMEOUT", 0.5)
+    with FaultProxy(redis_url) as proxy:
+        hung = redis.Redis.from_url(proxy.url)  # no socket timeout of its own
+        rec = hot.Recorder(lambda: (hung, "redislock"), background=False)
+        rec.lost(None, name="x")
+        proxy.blackhole()
+        started = time.monotonic()
+        rec.flush()
+        assert time.monotonic() - started < 5
+        proxy.heal()
+        hung.close()
 
 
 def test_percentiles_are_bucket_bounds() -> None:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -365,3 +366,69 @@ def test_extends_crossing_every_send_give_the_thread_back(
     with Lock("crossed-always", timeout=3):
         assert renewed.wait(10)
         assert done[0] == 2  # sent again once, then back to the other leases
+
+
+# a thread that cannot start ---------------------------------------------------------
+
+
+class _RefusedThread(threading.Thread):
+    def start(self) -> None:
+        raise RuntimeError("can't start new thread")
+
+
+def _no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's thread gone idle, and none that can start."""
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.1)
+    with watchdog._cond:
+        watchdog._cond.notify_all()
+    thread = watchdog._thread
+    if thread is not None:
+        thread.join(10)
+    assert watchdog._thread is None
+    monkeypatch.setattr(watchdog_module, "threading", types.SimpleNamespace(
+        Thread=_RefusedThread, Lock=threading.Lock, Condition=threading.Condition,
+        current_thread=threading.current_thread,
+    ))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_an_acquire_that_no_thread_would_renew_fails_before_any_grant(
+    kind: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One refused start used to leave the thread set but never running:
+    every lease of the process went unrenewed, unannounced, for good."""
+    make = (lambda: Lock("unrenewed", timeout=5)) if kind == "lock" else (
+        lambda: Semaphore("unrenewed", limit=2, timeout=5))  # fmt: skip
+    _no_watchdog_thread(monkeypatch)
+    with pytest.raises(LockError, match="could not start the thread that renews leases"):
+        make().acquire()
+    assert list(redis_client.scan_iter("redislock:{unrenewed}:*")) == []  # nothing granted
+    monkeypatch.undo()
+    primitive = make()
+    assert primitive.acquire()  # a thread can start again: it does
+    assert watchdog._thread is not None and watchdog._thread.is_alive()
+    primitive.release()
+
+
+def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The thread went idle between the acquire's check and the grant, and
+    cannot start again: the holder is told, not left with a lapsing lease."""
+    _no_watchdog_thread(monkeypatch)
+    reasons: list[str] = []
+
+    class Held:
+        lease_deadline = time.monotonic() + 30
+        renew_interval = 10.0
+
+        def renew(self) -> bool:
+            return True
+
+        def mark_lost(self, reason: str) -> None:
+            reasons.append(reason)
+
+    held = Held()
+    watchdog.watch(held)
+    assert reasons and "could not start the thread that renews leases" in reasons[0]
+    assert watchdog.watching() == 0
