@@ -76,7 +76,8 @@ def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
             "SOCKET_CONNECT_TIMEOUT": "socket_connect_timeout",
             "SOCKET_TIMEOUT": "socket_timeout",
         }
-        missing = [k for k, v in names.items() if options.get(v) is None]
+        # named as this backend spells them in OPTIONS
+        missing = [v for v in names.values() if options.get(v) is None]
         suggestion = ", ".join(f"{names[k]!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
     else:
         missing = [
@@ -128,12 +129,17 @@ def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:
 
     try:
         parse_startup_nodes(config.get("LOCATION") or [])
+    except ImproperlyConfigured as exc:
+        hint = 'LOCATION must list cluster nodes, e.g. ["redis://10.0.0.1:7000"].'
+        return Error(
+            f"Cache {alias!r} uses {CLUSTER_CLIENT}: {exc}", hint=hint, id=_check_id("E020")
+        )
+    try:
         cluster_kwargs(config.get("LOCATION") or [""], options)
     except ImproperlyConfigured as exc:
+        hint = "OPTIONS['CLUSTER_KWARGS'] must be a dict of redis.cluster.RedisCluster arguments."
         return Error(
-            f"Cache {alias!r} uses {CLUSTER_CLIENT}: {exc}",
-            hint='LOCATION must list cluster nodes, e.g. ["redis://10.0.0.1:7000"].',
-            id=_check_id("E020"),
+            f"Cache {alias!r} uses {CLUSTER_CLIENT}: {exc}", hint=hint, id=_check_id("E020")
         )
     return None
 
@@ -187,6 +193,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             problem = _cache_problem(alias, "REDISLOCK['REDLOCK']")
             if problem is not None:
                 messages.append(problem)
+        problem = _shared_server_problem(redlock) if len(set(redlock)) == len(redlock) else None
+        if problem is not None:  # (a repeated alias is E010's)
+            messages.append(problem)
         if len(redlock) >= 3 and len(redlock) % 2 == 0:
             messages.append(
                 Warning(
@@ -197,6 +206,21 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     return messages
+
+
+def _shared_server_problem(aliases: Any) -> CheckMessage | None:
+    """Two REDLOCK aliases on one server: a majority that one failure can take."""
+    from .redlock_servers import shared_server
+
+    shared = shared_server(aliases, getattr(settings, "CACHES", {}))
+    if shared is None:
+        return None
+    return Error(
+        shared,
+        hint="Point each alias in REDISLOCK['REDLOCK'] at a separate redis-server "
+        "(another host, port or socket), ideally on separate machines.",
+        id=_check_id("E023"),
+    )
 
 
 def _sentinel_problem(alias: str, config: Any) -> CheckMessage | None:

@@ -13,10 +13,17 @@ late reply is never read as the answer to a later command) while other workers
 serve the next calls. A call whose caller has given up before a worker took it
 is skipped, so a stalled server does not receive a backlog of stale attempts.
 
-Workers are daemon threads, at most ``WORKERS_PER_SERVER`` per server, and
-exit after ``IDLE_EXIT`` seconds without work. A pool belongs to one
-``Servers`` (one Redlock resolution, see ``redlock_servers``) and is rebuilt
-in a child after ``fork()``, where the parent's threads do not exist.
+Each server has a pool of its own: at most ``WORKERS_PER_SERVER`` daemon
+threads and its own queue, so calls stuck on a hung server hold only that
+server's workers, and the calls to the others are still sent at once (with
+one shared pool a hung minority took every worker, and a healthy majority
+was never asked). When all of a server's workers are held by calls whose
+callers already stopped waiting, the server is taken as hung: its next calls
+fail at once (``redis.TimeoutError``, no answer) instead of queueing behind
+them, until a worker is free again. Workers exit after ``IDLE_EXIT`` seconds
+without work. Pools belong to one ``Servers`` (one Redlock resolution, see
+``redlock_servers``) and are rebuilt in a child after ``fork()``, where the
+parent's threads do not exist.
 """
 
 from __future__ import annotations
@@ -35,7 +42,8 @@ from .backend import BACKEND_ERRORS
 if TYPE_CHECKING:
     from .scripts import Script
 
-#: Upper bound of worker threads per server (a stalled server holds one each).
+#: Upper bound of worker threads per server (a stalled server holds one each):
+#: its cap of calls in flight.
 WORKERS_PER_SERVER = 8
 #: Seconds an idle worker waits for work before it exits.
 IDLE_EXIT = 30.0
@@ -63,16 +71,19 @@ class _Batch:
                     self.done.notify()
 
 
-_Job = tuple[_Batch, int, Any, "Script", Sequence[Any], Sequence[Any]]
+#: A call: its batch, the server's index and client, the script, its KEYS and
+#: ARGV, and when its caller stops waiting for it (``None``: never).
+_Job = tuple[_Batch, int, Any, "Script", Sequence[Any], Sequence[Any], float | None]
 
 
 class _Pool:
-    """Daemon worker threads sharing one job queue; grown on demand, bounded.
+    """One server's daemon worker threads and job queue; grown on demand, bounded.
 
     ``waiting`` counts jobs queued and not yet taken, ``idle`` the workers
-    waiting for one (both changed under ``_mutex`` only): a new worker starts
-    when more jobs wait than workers do, and an idle worker leaves only when
-    no queued job needs it.
+    waiting for one, ``running`` the jobs being run, each with its caller's
+    deadline (all changed under ``_mutex`` only): a new worker starts when
+    more jobs wait than workers do, and an idle worker leaves only when no
+    queued job needs it.
     """
 
     def __init__(self, max_workers: int) -> None:
@@ -83,14 +94,28 @@ class _Pool:
         self._waiting = 0
         self._idle = 0
         self._workers = 0
+        self._running: dict[int, float | None] = {}
 
-    def submit(self, job: _Job) -> None:
+    def submit(self, job: _Job) -> bool:
+        """Queue ``job``; ``False`` (not queued) when the server is hung (``_hung``)."""
         with self._mutex:
+            if self._hung(time.monotonic()):
+                return False
             self._waiting += 1
             if self._waiting > self._idle and self._workers < self.max_workers:
                 self._workers += 1
                 threading.Thread(target=self._work, name="redislock-fanout", daemon=True).start()
         self._jobs.put(job)
+        return True
+
+    def _hung(self, now: float) -> bool:
+        """Every worker there can be is held by a call its caller gave up on:
+        a job queued now would wait for one of them to come back (up to the
+        socket timeout) and be too late anyway."""
+        running = self._running.values()
+        return len(self._running) >= self.max_workers and all(
+            deadline is not None and deadline <= now for deadline in running
+        )
 
     def _next(self) -> _Job | None:
         """The next job, or ``None`` when this worker should exit (idle)."""
@@ -109,18 +134,23 @@ class _Pool:
             with self._mutex:
                 self._idle -= 1
                 self._waiting -= 1
+                self._running[threading.get_ident()] = job[-1]
             return job
 
     def _work(self) -> None:
         while (job := self._next()) is not None:
-            self._do(job)
+            try:
+                self._do(job)
+            finally:
+                with self._mutex:
+                    del self._running[threading.get_ident()]
             # This frame idles in _next for up to IDLE_EXIT: it must not keep the
             # last job (or an error whose traceback reaches a holding) alive.
             job = None
 
     @staticmethod
     def _do(job: _Job) -> None:
-        batch, index, client, script, keys, args = job
+        batch, index, client, script, keys, args, _ = job
         if batch.abandoned:
             result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
         else:
@@ -136,17 +166,20 @@ class Servers:
 
     def __init__(self, clients: Sequence[Any]) -> None:
         self.clients = tuple(clients)
-        self._pool = _Pool(WORKERS_PER_SERVER * len(self.clients))
+        self._pools = self._new_pools()
         self._limits = tuple(_socket_timeout(c) for c in self.clients)
 
     def __len__(self) -> int:
         return len(self.clients)
 
-    def _live_pool(self) -> _Pool:
-        pool = self._pool
-        if pool.pid != os.getpid():  # forked: the parent's workers are not here
-            pool = self._pool = _Pool(pool.max_workers)
-        return pool
+    def _new_pools(self) -> tuple[_Pool, ...]:
+        return tuple(_Pool(WORKERS_PER_SERVER) for _ in self.clients)
+
+    def _live_pools(self) -> tuple[_Pool, ...]:
+        pools = self._pools
+        if pools and pools[0].pid != os.getpid():  # forked: the parent's workers are not here
+            pools = self._pools = self._new_pools()
+        return pools
 
     def run(
         self,
@@ -162,15 +195,18 @@ class Servers:
         One result per server, in order: the reply, or the exception (Redis
         and connection errors; ``redis.TimeoutError`` when no reply came within
         ``timeout`` or the connection's socket timeout); servers not in
-        ``only`` get ``None``. Any other exception is raised.
+        ``only`` get ``None``. A hung server's call fails at once (see the
+        module docstring). Any other exception is raised.
         """
         indices = range(len(self.clients)) if only is None else tuple(only)
         batch = _Batch(len(self.clients), len(indices))
-        pool = self._live_pool()
+        pools = self._live_pools()
         sent = time.monotonic()
-        for index in indices:
-            pool.submit((batch, index, self.clients[index], script, keys, args))
         deadlines = {i: _deadline(sent, timeout, self._limits[i]) for i in indices}
+        for index in indices:
+            job = (batch, index, self.clients[index], script, keys, args, deadlines[index])
+            if not pools[index].submit(job):
+                batch.finish(index, redis.TimeoutError(HUNG))
         try:
             self._wait(batch, deadlines)
         finally:
@@ -197,6 +233,13 @@ class Servers:
                     return
                 bounded = [d for d in deadlines.values() if d is not None]
                 batch.done.wait(min(bounded) - now if bounded else None)
+
+
+#: Why a call to a hung server was not sent.
+HUNG = (
+    "not sent: every connection to this server is still held by a call that got "
+    "no reply in time (the server is hung)"
+)
 
 
 def _deadline(sent: float, timeout: float | None, socket_timeout: float | None) -> float | None:

@@ -38,6 +38,10 @@ class _Hold(Protocol):
 
 _H = TypeVar("_H", bound=_Hold)
 
+#: What a holder's registry knows a hold by: (cache alias, lock key) for a
+#: ``Lock``; (its servers' aliases, sorted, lock key) for a ``Redlock``.
+HoldKey = tuple[str | tuple[str, ...], str]
+
 
 class Registry(Generic[_H]):
     """The holds of one holder, by (cache alias, key): weak references only.
@@ -95,7 +99,8 @@ def task_registry(kind: str) -> Registry[Any]:
 
 
 class Handle:
-    """A lock handle's view of its holder's holds (``Lock``, ``AsyncLock``).
+    """A lock handle's view of its holder's holds (``Lock``, ``AsyncLock``,
+    ``Redlock``).
 
     A handle remembers the holds it took or re-entered in the current holder
     (``_entered``, latest last), which are what keep them alive; its release,
@@ -110,10 +115,10 @@ class Handle:
     def _registry(self) -> Registry[Holding]:
         raise NotImplementedError
 
-    def _hold_key(self, alias: str, key: str) -> tuple[str, str]:
+    def _hold_key(self, alias: str, key: str) -> HoldKey:
         return (alias, key)
 
-    def _current(self, key: tuple[str, str] | None) -> Holding | None:
+    def _current(self, key: HoldKey | None) -> Holding | None:
         """The hold a release, extend or ``owned`` of this handle applies to: the
         latest one it took, else the current holder's hold of the name (taken
         through another handle); ``key`` is ``_hold_key`` when it is at hand."""
@@ -126,11 +131,11 @@ class Handle:
             key = self._own_hold_key()
         return self._registry().get(key)
 
-    def _own_hold_key(self) -> tuple[str, str]:
+    def _own_hold_key(self) -> HoldKey:
         """``_hold_key`` of this handle's name and cache alias."""
         raise NotImplementedError
 
-    def _reentry(self, key: tuple[str, str]) -> Holding | None:
+    def _reentry(self, key: HoldKey) -> Holding | None:
         """The current holder's live hold of the name, to nest into; a hold
         already known lost is reported once more, forgotten and not nested into
         (the caller acquires afresh; the handle that took it is told at its
@@ -147,7 +152,7 @@ class Handle:
         holding.mark_lost(reason)
         holding.end()
 
-    def _took(self, key: tuple[str, str], holding: Holding) -> None:
+    def _took(self, key: HoldKey, holding: Holding) -> None:
         """Record a new or re-entered hold for this handle and its holder."""
         if holding.depth == 1:
             self._registry().put(key, holding)
@@ -162,3 +167,21 @@ class Handle:
             # one level left; of a hold found lost, each outer level this
             # handle entered is still told so (LockLostError) at its release
             entered.pop()
+
+
+class ThreadHandle(Handle):
+    """A handle whose holder is the current thread (``Lock``, ``Redlock``).
+
+    ``_local``, a ``threading.local`` made when the handle is built, keeps
+    what this handle entered in each thread."""
+
+    _local: threading.local
+
+    def _entered(self) -> list[Holding]:
+        entered: list[Holding] | None = getattr(self._local, "entered", None)
+        if entered is None or (entered and entered[0].pid != os.getpid()):
+            entered = self._local.entered = []  # new thread, or inherited through fork()
+        return entered
+
+    def _registry(self) -> Registry[Holding]:
+        return thread_registry()

@@ -13,7 +13,7 @@ from typing import Any
 
 from . import counters, protocol
 from .base import WAITER_GRACE_MS, Primitive, Resolved
-from .holders import Handle
+from .holders import Handle, HoldKey
 from .holding import Holding, holder_description, new_token
 from .protocol import HANDED, HELD, HELD_RESULT, REFUSED, AcquireResult, Call, Step
 from .scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
@@ -139,7 +139,7 @@ class LockBase(Handle, Primitive):
     def _nest_steps(
         self,
         resolved: Resolved,
-        hold_key: tuple[str, str],
+        hold_key: HoldKey,
         holding: Holding,
         deadline: float | None,
     ) -> Generator[Step, Any, bool]:
@@ -227,7 +227,7 @@ class LockBase(Handle, Primitive):
 
     def _held(
         self,
-        hold_key: tuple[str, str],
+        hold_key: HoldKey,
         holding: Holding,
         resolved: Resolved,
         outcome: protocol.Outcome,
@@ -251,7 +251,7 @@ class LockBase(Handle, Primitive):
 
     # holders: see ``holders.py`` ------------------------------------------------------
 
-    def _own_hold_key(self) -> tuple[str, str]:
+    def _own_hold_key(self) -> HoldKey:
         settings = self._settings()
         keys, _ = self._key_set(self._prefix(settings))
         return self._hold_key(self.using or settings.cache, keys[0])

@@ -20,15 +20,15 @@ import threading
 
 from . import backend, drivers
 from .base import SyncPrimitive
-from .holders import Registry, thread_registry
-from .holding import Holding, current_pid
+from .holders import ThreadHandle
+from .holding import Holding
 from .lock_steps import LockBase
 from .protocol import AcquireResult
 from .scripts import LOCK_RELEASE
 from .state import parse_lock_value
 
 
-class Lock(LockBase, SyncPrimitive):
+class Lock(ThreadHandle, LockBase, SyncPrimitive):
     """An exclusive lock on ``name``, shared by every process that uses the same Redis.
 
     Guarantees, as long as Redis keeps its data: at most one holder at a time; a
@@ -66,15 +66,6 @@ class Lock(LockBase, SyncPrimitive):
         self._local = threading.local()
 
     # holder state: see holders.py ---------------------------------------------------
-
-    def _entered(self) -> list[Holding]:
-        entered: list[Holding] | None = getattr(self._local, "entered", None)
-        if entered is None or (entered and entered[0].pid != current_pid()):
-            entered = self._local.entered = []  # new thread, or inherited through fork()
-        return entered
-
-    def _registry(self) -> Registry[Holding]:
-        return thread_registry()
 
     def _holding(self) -> Holding | None:
         """The hold this handle's release, extend and ``owned`` apply to."""

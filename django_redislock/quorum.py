@@ -26,6 +26,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
+from . import validation
 from .exceptions import LockBackendError
 from .lock_steps import ACQUIRED, acquire_reply
 from .protocol import HELD, REFUSED, Call, FanOut, Outcome, Pause, QuorumStep
@@ -40,11 +41,36 @@ RETRY_MIN = 0.005
 RETRY_MAX = 0.1
 #: How long undoing a failed attempt may wait for any one server.
 UNDO_TIMEOUT = 1.0
+#: Below this lease the drift allowance takes all of it: no attempt is ever valid.
+NO_VALIDITY = DRIFT_FIXED / (1 - DRIFT_FACTOR)
+#: The shortest Redlock lease. Just above ``NO_VALIDITY`` what is left is
+#: shorter than a majority's replies and the watchdog's renewals (a round
+#: trip to every server, every third of the lease) need.
+MIN_LEASE = 0.01
 
 
 def drift(lease: float) -> float:
     """The clock-drift allowance for ``lease`` seconds."""
     return lease * DRIFT_FACTOR + DRIFT_FIXED
+
+
+def check_lease(value: object, argument: str = "timeout") -> float | None:
+    """``validation.check_lease``, and at least ``MIN_LEASE``: a shorter lease
+    would be accepted and then fail every acquire or renewal, as a timeout or a
+    lost lock rather than as the bad argument it is."""
+    seconds = validation.check_lease(value, argument)
+    if seconds is not None and seconds < MIN_LEASE:
+        raise ValueError(too_short(argument, value))
+    return seconds
+
+
+def too_short(argument: str, value: object) -> str:
+    return (
+        f"{argument} of a Redlock must be at least {MIN_LEASE} s ({MIN_LEASE * 1000:.0f} ms), "
+        f"got {value!r}: the clock-drift allowance (1% of the lease + 2 ms) leaves no "
+        f"validity below {NO_VALIDITY * 1000:.2f} ms, and too little for the servers' "
+        f"replies and the renewals below {MIN_LEASE * 1000:.0f} ms."
+    )
 
 
 def reply_timeout(lease: float, allowance: float) -> float:

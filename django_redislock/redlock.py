@@ -28,49 +28,34 @@ from . import backend, drivers, fanout, signals
 from .conf import LockSettings, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .fanout import Servers
-from .holding import Holding, current_pid, holder_description, new_token
+from .holders import HoldKey, ThreadHandle
+from .holding import Holding, holder_description, new_token
 from .protocol import HELD_RESULT, AcquireResult
-from .quorum import QuorumAttempt, quorum, too_few_error
+from .quorum import MIN_LEASE, QuorumAttempt, check_lease, quorum, too_few_error, too_short
 from .quorum import acquire as quorum_acquire
 from .redlock_holding import RedlockHolding
-from .redlock_servers import key_list, lock_call, servers_for
+from .redlock_servers import check_aliases, key_list, lock_call, servers_for
 from .scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from .state import parse_lock_value
-from .validation import (
-    Options,
-    check_lease,
-    check_name,
-    fixed,
-    wait_budget,
-)
+from .validation import Options, check_name, fixed, wait_budget
 from .watchdog import watchdog
 
 
-def _check_aliases(using: object) -> tuple[str, ...] | None:
-    if using is None:
-        return None
-    if isinstance(using, str) or not isinstance(using, Sequence):
-        raise TypeError(
-            f"using must be a list of cache aliases of independent Redis servers, not {using!r}."
-        )
-    aliases = tuple(using)
-    if not all(isinstance(a, str) and a for a in aliases):
-        raise TypeError(f"using must hold non-empty cache alias strings, got {list(aliases)!r}.")
-    if len(aliases) < 3 or len(set(aliases)) != len(aliases):
-        raise ValueError(f"using needs at least 3 distinct cache aliases, got {list(aliases)!r}.")
-    return aliases
-
-
-class Redlock(signals.Announcer, Options):
+class Redlock(ThreadHandle, signals.Announcer, Options):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
 
     Use it when no single Redis (even with Sentinel) may decide alone: the
     lock survives the loss of any minority of the servers named in
     ``REDISLOCK["REDLOCK"]`` (or ``using``). Same API as ``Lock``:
     ``acquire``/``release``/``extend``/``locked``/``owned``/``ttl``, a context
-    manager raising ``LockTimeout``, reentrancy per holder, and a watchdog that
-    extends the lease on every server and reports ``lock_lost`` /
-    ``LockLostError`` once a majority no longer holds it.
+    manager raising ``LockTimeout``, and a watchdog that extends the lease on
+    every server and reports ``lock_lost`` / ``LockLostError`` once a majority
+    no longer holds it. Reentrant per thread, as ``Lock``: any ``Redlock`` for
+    the same name and servers (the same set of aliases) in the holding thread
+    re-enters the hold instead of waiting on itself (``holders.py``).
+
+    The lease (``timeout``) is at least ``quorum.MIN_LEASE`` (10 ms): the
+    drift allowance would leave a shorter one no validity to work with.
 
     Differences from ``Lock``: waiting polls with random back-off (there is no
     single server to be woken by) so it is not FIFO-fair; a majority of
@@ -94,8 +79,9 @@ class Redlock(signals.Announcer, Options):
         using: Sequence[str] | None = None,
     ) -> None:
         self._name = check_name(name)
+        check_lease(timeout)
         self._set_options(timeout, blocking, blocking_timeout, auto_renew)
-        self._using = _check_aliases(using)
+        self._using = check_aliases(using)
         self._local = threading.local()
         self._keys: tuple[str, list[str]] | None = None
 
@@ -124,11 +110,31 @@ class Redlock(signals.Announcer, Options):
         self._keys = (prefix, keys)
         return keys
 
+    def _lease(self, settings: LockSettings) -> float:
+        if self.timeout is not None:
+            return self.timeout
+        if settings.timeout < MIN_LEASE:
+            raise ImproperlyConfigured(
+                f"Redlock {self.name!r} has no timeout and "
+                + too_short("REDISLOCK['TIMEOUT']", settings.timeout)
+            )
+        return settings.timeout
+
+    # holder state: the thread, as for Lock (see holders.py) -------------------------
+
+    @staticmethod
+    def _quorum_key(aliases: tuple[str, ...], keys: list[str]) -> HoldKey:
+        """The same servers named in any order are the same holder's hold."""
+        return (tuple(sorted(aliases)), keys[0])
+
+    def _own_hold_key(self) -> HoldKey:
+        settings = get_settings()
+        return self._quorum_key(self._aliases(settings), self._key_list(settings.key_prefix))
+
     def _holding(self) -> RedlockHolding | None:
-        holding: RedlockHolding | None = getattr(self._local, "holding", None)
-        if holding is not None and holding.pid != current_pid():
-            self._local.holding = None  # inherited through fork(): not ours
-            return None
+        """The hold this handle's release, extend, ``owned`` and token apply to."""
+        holding = self._current(None)
+        assert holding is None or isinstance(holding, RedlockHolding)
         return holding
 
     # acquire --------------------------------------------------------------------------
@@ -145,15 +151,19 @@ class Redlock(signals.Announcer, Options):
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
         """Acquire: held, or refused with when enough leases end for a majority."""
         settings = get_settings()
-        servers = self._servers(settings)
+        aliases = self._aliases(settings)
+        servers = servers_for(aliases)
         keys = self._key_list(settings.key_prefix)
-        lease = self.timeout if self.timeout is not None else settings.timeout
-        holding = self._holding()
+        lease = self._lease(settings)
+        hold_key = self._quorum_key(aliases, keys)
+        holding = self._reentry(hold_key)
         if holding is not None:
-            if not self._extend_holding(holding, holding.lease, "acquired it again"):
-                raise self._lost(holding)
-            holding.depth += 1
-            return HELD_RESULT
+            assert isinstance(holding, RedlockHolding)
+            if self._extend_holding(holding, holding.lease, "acquired it again"):
+                holding.depth += 1
+                self._took(hold_key, holding)
+                return HELD_RESULT
+            holding.end()  # reported lost by _extend_holding; taken afresh below
         _, budget = wait_budget(self, blocking, blocking_timeout, settings)
         token, holder, begun = new_token(), holder_description(), time.monotonic()
         attempt = QuorumAttempt(
@@ -180,12 +190,14 @@ class Redlock(signals.Announcer, Options):
             lease=lease,
             started=outcome.started,
         )
-        self._hold(holding, settings, waited=outcome.started - begun)
+        self._hold(hold_key, holding, settings, waited=outcome.started - begun)
         return HELD_RESULT
 
-    def _hold(self, holding: RedlockHolding, settings: LockSettings, waited: float) -> None:
-        """Record a new hold: this holder's, watched, announced."""
-        self._local.holding = holding
+    def _hold(
+        self, hold_key: HoldKey, holding: RedlockHolding, settings: LockSettings, waited: float
+    ) -> None:
+        """Record a new hold: this thread's, watched, announced."""
+        self._took(hold_key, holding)
         if self.auto_renew if self.auto_renew is not None else settings.auto_renew:
             watchdog.watch(holding)
         self._announce_acquired(waited, None)
@@ -203,11 +215,19 @@ class Redlock(signals.Announcer, Options):
         from each server's clock in µs, so the order also survives a server
         restarting empty as long as server clocks agree to within
         ``FENCE_MEMORY_MS`` (``scripts/_queue.lua``). Raises ``LockLostError`` when a majority no
-        longer holds the lock: a token of a lost lock must not be used.
+        longer holds the lock: a token of a lost lock must not be used. So every
+        read, not only the first, checks that the hold was not found lost (by
+        the watchdog, an extend, a nested acquire) and that its lease, as this
+        holder measures it, has not ended: the cached token is returned only
+        while both hold.
         """
         holding = self._holding()
         if holding is None:
             return None
+        if holding.lost is None and time.monotonic() >= holding.lease_deadline:
+            holding.mark_lost("its lease had ended when its fencing token was read")
+        if holding.lost is not None:
+            raise self._lost(holding)
         if holding.fencing_token is None:
             results = fanout.run_on_all(
                 holding.servers,
@@ -233,16 +253,26 @@ class Redlock(signals.Announcer, Options):
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
-        if holding.depth > 1:
-            holding.depth -= 1
-            return
-        self._local.holding = None
+        try:
+            if holding.depth > 1:
+                holding.depth -= 1
+                return
+            self._release_all(holding)
+        finally:
+            self._left(holding)
+
+    def _release_all(self, holding: RedlockHolding) -> None:
+        """The last level's release, on every server."""
         holding.releasing = True
         watchdog.unwatch(holding)
         call = lock_call(LOCK_RELEASE, holding.redlock_keys, holding.token)
-        results = fanout.run_on_all(
-            holding.servers, call.script, call.keys, call.args, timeout=max(holding.lease, 1.0)
-        )
+        try:
+            results = fanout.run_on_all(
+                holding.servers, call.script, call.keys, call.args, timeout=max(holding.lease, 1.0)
+            )
+        except BaseException:
+            holding.end()  # not renewed any more: the leases free it
+            raise
         released = sum(1 for r in results if r == 0)
         not_ours = sum(1 for r in results if r == -1)
         needed = quorum(len(results))
@@ -256,7 +286,9 @@ class Redlock(signals.Announcer, Options):
         self._announce_released(holding.acquired_at)
 
     def extend(self, seconds: float | None = None) -> None:
-        """Make ``seconds`` the lease from now on, on every server (see ``Lock.extend``)."""
+        """Make ``seconds`` the lease from now on, on every server (see ``Lock.extend``).
+
+        Below ``quorum.MIN_LEASE`` (10 ms) is a ``ValueError``."""
         lease = check_lease(seconds, "seconds")
         holding = self._holding()
         if holding is None:

@@ -6,6 +6,9 @@ them at once. It is shared by every ``Redlock`` naming the same aliases, so a
 new ``Redlock`` per request costs no thread start, and it is built anew when
 Django's settings change (``conf.generation``), like ``backend``'s clients.
 
+The servers must fail independently: ``shared_server`` finds two aliases
+whose ``LOCATION`` is one server (check ``E023``, and at first use).
+
 Each server runs the same scripts as ``Lock`` (its acquire in ``try`` mode:
 no queue), under its own key parts, so a ``Redlock`` never collides with a
 ``Lock`` of the same name on a shared server. ``lock_call`` is the one place
@@ -14,8 +17,13 @@ their arguments are built.
 
 from __future__ import annotations
 
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
 
 from . import backend
 from .conf import generation
@@ -46,6 +54,11 @@ class _Resolutions:
             self._entry = (current, found)
         servers = found.get(aliases)
         if servers is None:
+            from django.conf import settings
+
+            shared = shared_server(aliases, getattr(settings, "CACHES", {}))
+            if shared is not None:
+                raise ImproperlyConfigured(f"(django_redislock.E023) {shared}")
             servers = found.setdefault(aliases, Servers([backend.get_client(a) for a in aliases]))
         return servers
 
@@ -56,6 +69,71 @@ _resolutions = _Resolutions()
 def servers_for(aliases: tuple[str, ...]) -> Servers:
     """The ``Servers`` of these cache aliases (shared, see the module docstring)."""
     return _resolutions.get(aliases)
+
+
+def check_aliases(using: object) -> tuple[str, ...] | None:
+    """``using``: ``None`` (``REDISLOCK["REDLOCK"]``) or at least three distinct aliases."""
+    if using is None:
+        return None
+    if isinstance(using, str) or not isinstance(using, Sequence):
+        raise TypeError(
+            f"using must be a list of cache aliases of independent Redis servers, not {using!r}."
+        )
+    aliases = tuple(using)
+    if not all(isinstance(a, str) and a for a in aliases):
+        raise TypeError(f"using must hold non-empty cache alias strings, got {list(aliases)!r}.")
+    if len(aliases) < 3 or len(set(aliases)) != len(aliases):
+        raise ValueError(f"using needs at least 3 distinct cache aliases, got {list(aliases)!r}.")
+    return aliases
+
+
+#: Names of this machine's loopback interface, taken as one host.
+LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+def server_of(location: object) -> str | None:
+    """The server a cache's ``LOCATION`` writes to, as ``host:port`` or
+    ``unix:<path>``; ``None`` when it cannot tell.
+
+    The database number is left out: two databases of one server fail
+    together. With several URLs (a list, or commas) the first is the primary.
+    """
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if not isinstance(location, str):
+        return None
+    try:
+        url = urlsplit(location.split(",")[0].strip())
+        port = url.port
+    except ValueError:
+        return None
+    if url.scheme == "unix":
+        return f"unix:{os.path.normpath(url.path)}" if url.path else None
+    if url.scheme not in ("redis", "rediss") or not url.hostname:
+        return None
+    host = "localhost" if url.hostname in LOOPBACK else url.hostname
+    return f"{host}:{port or 6379}"
+
+
+def shared_server(aliases: Sequence[str], caches: Mapping[str, Any]) -> str | None:
+    """Why two of ``aliases`` are one server (their ``LOCATION``), or ``None``.
+
+    A quorum of servers that share a failure is no quorum: one restart of
+    that server can drop a majority's grants and let a second holder in."""
+    seen: dict[str, str] = {}
+    for alias in aliases:
+        config = caches.get(alias)
+        server = server_of(config.get("LOCATION")) if isinstance(config, Mapping) else None
+        if server is None:
+            continue
+        if server in seen:
+            return (
+                f"Redlock cache aliases {seen[server]!r} and {alias!r} are the same Redis "
+                f"server ({server}); a Redlock's servers must fail independently, and "
+                f"another database number on one server does not make another server."
+            )
+        seen[server] = alias
+    return None
 
 
 def key_list(prefix: str, name: str) -> list[str]:

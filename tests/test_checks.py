@@ -24,14 +24,17 @@ class SubclassedRedisCache(RedisCache):
 
 
 def caches(**extra: dict[str, Any]) -> dict[str, Any]:
-    # An unreachable port: checks must never connect to Redis.
-    url = f"redis://127.0.0.1:{free_port()}/0"
+    # Unreachable ports: checks must never connect to Redis. One server per
+    # alias, as REDLOCK needs (E023).
+    def url() -> str:
+        return f"redis://127.0.0.1:{free_port()}/0"
+
     return {
-        "default": redis_cache(url),
-        "r1": redis_cache(url),
-        "r2": redis_cache(url),
-        "r3": redis_cache(url),
-        "r4": redis_cache(url),
+        "default": redis_cache(url()),
+        "r1": redis_cache(url()),
+        "r2": redis_cache(url()),
+        "r3": redis_cache(url()),
+        "r4": redis_cache(url()),
         "locmem": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
         **extra,
     }
@@ -138,6 +141,35 @@ def test_even_number_of_redlock_aliases_warns_w001() -> None:
     assert messages[0].hint and "odd" in messages[0].hint
 
 
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("redis://127.0.0.1:7001/0", "redis://127.0.0.1:7001/1"),  # another db: same server
+        ("redis://localhost:7001/0", "rediss://127.0.0.1:7001/2"),
+        ("redis://10.0.0.1/0", "redis://10.0.0.1:6379"),  # the default port
+        ("unix:///run/redis.sock?db=0", "unix:///run/../run/redis.sock?db=3"),
+        (["redis://10.0.0.1:7001/0", "redis://10.0.0.9:7001/0"], "redis://10.0.0.1:7001/1"),
+    ],
+)
+def test_two_redlock_aliases_on_one_server_are_an_error_e023(first: Any, second: Any) -> None:
+    messages = check(
+        {"REDLOCK": ["one", "r1", "other"]},
+        one=redis_cache(first),
+        other=redis_cache(second),
+    )
+    assert ids(messages) == ["django_redislock.E023"]
+    assert "'one' and 'other'" in messages[0].msg
+    assert "separate redis-server" in str(messages[0].hint)
+
+
+def test_redlock_aliases_on_separate_servers_pass_e023() -> None:
+    locations = ["redis://10.0.0.1:7001/0", "redis://10.0.0.2:7001/0", "redis://10.0.0.1:7002"]
+    extra = {f"s{i}": redis_cache(url) for i, url in enumerate(locations)}
+    assert check({"REDLOCK": list(extra)}, **extra) == []
+    socket = {"s3": redis_cache("unix:///run/a.sock"), "s4": redis_cache("unix:///run/b.sock")}
+    assert check({"REDLOCK": ["s3", "s4", "r1"]}, **socket) == []
+
+
 def test_several_problems_are_all_reported() -> None:
     messages = check({"TIMEOUT": 0, "AUTO_RENEW": None, "CACHE": "locmem"})
     assert sorted(ids(messages)) == [
@@ -181,6 +213,7 @@ def test_a_lock_cache_without_socket_timeouts_warns_w002() -> None:
     messages = check({"CACHE": "builtin"}, builtin=builtin)
     assert ids(messages) == ["django_redislock.W002"]
     assert "'socket_timeout': 5" in str(messages[0].hint)
+    assert "no socket_connect_timeout and no socket_timeout" in messages[0].msg  # its spelling
     with_them = {**builtin, "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5}}
     assert check({"CACHE": "ok"}, ok=with_them) == []
 

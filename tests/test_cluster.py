@@ -257,3 +257,21 @@ def test_system_check_reports_a_bad_cluster_location() -> None:
     with override_settings(CACHES=caches):
         ids = [m.id for m in run_checks()]
     assert "django_redislock.E020" in ids
+
+
+def test_a_bad_cluster_kwargs_gets_a_hint_about_cluster_kwargs() -> None:
+    caches = {
+        "default": {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": ["redis://127.0.0.1:7000"],
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redislock.cluster.ClusterClient",
+                "CLUSTER_KWARGS": 5,
+            },
+        }
+    }
+    with override_settings(CACHES=caches):
+        found = [m for m in run_checks() if m.id == "django_redislock.E020"]
+    assert len(found) == 1
+    assert "CLUSTER_KWARGS" in found[0].msg and "CLUSTER_KWARGS" in str(found[0].hint)
+    assert "LOCATION" not in str(found[0].hint)

@@ -11,6 +11,7 @@ import pytest
 import redis
 
 from django_redislock import fanout
+from tests.cluster import wait_until
 
 
 class Echo:
@@ -109,3 +110,50 @@ def test_an_idle_worker_keeps_nothing_of_its_last_job_alive() -> None:
     del args
     assert freed.wait(5), "an idle worker keeps its last job alive"
     assert ref() is None
+
+
+def test_a_hung_server_holds_only_its_own_workers() -> None:
+    """A hung minority server must not keep the calls to the others from being
+    sent: it holds its own workers (all of them, stuck for the socket timeout),
+    never the other servers'; then its calls fail at once."""
+    script = Echo(stalled="b")
+    servers = fanout.Servers(["a", "b", "c"])
+    try:
+        # more calls to the hung server than all three servers have workers
+        def call_the_hung_one() -> None:
+            servers.run(script, [], [], timeout=0.5, only=[1])
+
+        occupy = [
+            threading.Thread(target=call_the_hung_one) for _ in range(3 * fanout.WORKERS_PER_SERVER)
+        ]
+        for thread in occupy:
+            thread.start()
+        for thread in occupy:
+            thread.join(10)
+        started = time.monotonic()
+        results = servers.run(script, [], [], timeout=1.0)
+        assert results[0] == ("a",) and results[2] == ("c",)
+        assert isinstance(results[1], redis.TimeoutError) and "hung" in str(results[1])
+        assert time.monotonic() - started < 0.9  # not sent: no wait for its deadline
+    finally:
+        script.release.set()
+    wait_until(
+        lambda: servers.run(Echo(), [], [], timeout=5.0, only=[1])[1] == ("b",),
+        "the hung server's workers to come back",
+    )
+
+
+def test_a_busy_healthy_server_is_never_refused() -> None:
+    """Many calls queued on a slow server that answers: queued, not failed."""
+    servers = fanout.Servers(["a", "b", "c"])
+    results: list[list[Any]] = []
+
+    def caller() -> None:
+        results.append(servers.run(Echo(delay=0.02), [], [], timeout=5.0))
+
+    callers = [threading.Thread(target=caller) for _ in range(5 * fanout.WORKERS_PER_SERVER)]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join(30)
+    assert results == [[("a",), ("b",), ("c",)]] * len(callers)

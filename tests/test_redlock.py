@@ -26,6 +26,7 @@ from django_redislock.quorum import drift, quorum
 from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 from django_redislock.state import parse_lock_value
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
+from tests.holders import OtherThread
 from tests.procs import processes
 from tests.renewals import THREAD_NAME
 from tests.settings import redis_cache
@@ -34,6 +35,19 @@ from tests.signals_helper import capture
 pytestmark = pytest.mark.scaleout
 
 KEY = "redislock:{{{}}}:redlock"
+
+
+def refused_elsewhere(other_thread: OtherThread, name: str) -> bool:
+    """Whether another holder (the test's other thread) is refused ``name`` now."""
+
+    def probe() -> bool:
+        lock = Redlock(name)
+        if lock.acquire(blocking=False):
+            lock.release()
+            return False
+        return True
+
+    return other_thread(probe)
 
 
 def holders(servers: RedlockServers, name: str) -> list[str | None]:
@@ -73,20 +87,27 @@ def test_acquire_writes_every_server_and_release_clears_them(
     assert lock.ttl() is None
 
 
-def test_contention_refuses_then_succeeds_after_release(redlock_servers: RedlockServers) -> None:
+def test_contention_refuses_then_succeeds_after_release(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
     first, second = Redlock("x"), Redlock("x")
     assert first.acquire()
-    assert second.acquire(blocking=False) is False
-    assert not second.owned()
+    assert other_thread(second.acquire, blocking=False) is False
+    assert not other_thread(second.owned)
     # A refused attempt leaves nothing behind on any server.
     assert set(holders(redlock_servers, "x")) == {holders(redlock_servers, "x")[0]}
-    with pytest.raises(LockTimeout) as info, Redlock("x", blocking_timeout=0.05):
-        pass
+
+    def wait_briefly() -> None:
+        with Redlock("x", blocking_timeout=0.05):
+            pass
+
+    with pytest.raises(LockTimeout) as info:
+        other_thread(wait_briefly)
     assert info.value.retry_after is not None
     assert 0 < info.value.retry_after <= 30
     first.release()
-    assert second.acquire(blocking=False)
-    second.release()
+    assert other_thread(second.acquire, blocking=False)
+    other_thread(second.release)
 
 
 def test_waiter_gets_the_lock_soon_after_release(redlock_servers: RedlockServers) -> None:
@@ -143,11 +164,13 @@ def test_reentrant_and_not_owned_errors(redlock_servers: RedlockServers) -> None
         lock.extend()
 
 
-def test_one_server_down_still_works(redlock_servers: RedlockServers) -> None:
+def test_one_server_down_still_works(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
     redlock_servers.servers[0].kill()
     lock = Redlock("one-down")
     assert lock.acquire(blocking=False)
-    assert Redlock("one-down").acquire(blocking=False) is False
+    assert refused_elsewhere(other_thread, "one-down")
     lock.extend(20)
     assert lock.fencing_token is not None
     lock.release()
@@ -184,12 +207,14 @@ def test_servers_stopped_while_held(redlock_servers: RedlockServers) -> None:
             lock.release()
 
 
-def test_watchdog_keeps_a_short_lease_alive(redlock_servers: RedlockServers) -> None:
+def test_watchdog_keeps_a_short_lease_alive(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
     lock = Redlock("long", timeout=1.0)
     with lock:
         time.sleep(3.0)  # three leases
         assert lock.owned()
-        assert Redlock("long").acquire(blocking=False) is False
+        assert refused_elsewhere(other_thread, "long")
 
 
 def test_lease_lost_without_watchdog_is_reported(redlock_servers: RedlockServers) -> None:

@@ -61,7 +61,7 @@ def _global_options() -> CommandParser:
     return common
 
 
-USING_HELP = "Cache alias whose Redis to inspect (default: REDISLOCK['CACHE'])."
+USING_HELP = "Cache alias whose Redis to use (default: REDISLOCK['CACHE'])."
 JSON_HELP = "Print stable JSON for scripts instead of text (printed even with -v 0)."
 
 

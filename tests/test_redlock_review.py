@@ -1,0 +1,175 @@
+"""Redlock's contract where a review found it broken: fencing tokens of lost
+locks, leases too short to work, re-entry per thread, servers that are one."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_redislock import LockLostError, LockTimeout, Redlock
+from django_redislock import signals as lock_signals
+from tests.cluster import REDLOCK_ALIASES, RedlockServers
+from tests.holders import OtherThread
+from tests.settings import redis_cache
+from tests.signals_helper import capture
+from tests.test_redlock import KEY, holders, refused_elsewhere
+
+pytestmark = pytest.mark.scaleout
+
+
+def drop_on_majority(servers: RedlockServers, name: str) -> None:
+    """Clear ``name`` on three of the five servers, as an operator or restarts would."""
+    for server in servers.servers[:3]:
+        with server.client() as client:
+            client.delete(KEY.format(name))
+
+
+# fencing tokens of a lost lock -------------------------------------------------------
+
+
+def test_a_cached_fencing_token_is_refused_once_the_watchdog_finds_it_lost(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
+    told = threading.Event()
+
+    def on_lost(**kwargs: Any) -> None:
+        told.set()
+
+    lock = Redlock("cached-fence", timeout=0.6)
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        lock.acquire()
+        token = lock.fencing_token
+        assert token is not None and lock.fencing_token == token  # read once, cached
+        drop_on_majority(redlock_servers, "cached-fence")
+        assert told.wait(5)  # the watchdog's next renewal finds it gone
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+    with pytest.raises(LockLostError, match="watchdog"):
+        _ = lock.fencing_token
+    other = Redlock("cached-fence")
+    assert other_thread(other.acquire, blocking=False)
+    assert other_thread(lambda: other.fencing_token) > token
+    other_thread(other.release)
+    with pytest.raises(LockLostError):
+        lock.release()
+
+
+def test_a_cached_fencing_token_is_refused_once_its_lease_ended(
+    redlock_servers: RedlockServers,
+) -> None:
+    lock = Redlock("ended-fence", timeout=0.2, auto_renew=False)
+    lock.acquire()
+    assert lock.fencing_token is not None
+    time.sleep(0.3)  # the subject is the lease running out, unrenewed
+    with capture(lock_signals.lock_lost) as lost:
+        with pytest.raises(LockLostError, match="lease had ended"):
+            _ = lock.fencing_token
+    assert len(lost) == 1
+    with pytest.raises(LockLostError):
+        lock.release()
+
+
+# leases too short to leave any validity ---------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [0.001, 0.002, 0.003, 0.0099])
+def test_a_lease_too_short_for_the_drift_allowance_is_a_value_error(timeout: float) -> None:
+    with pytest.raises(ValueError, match=r"at least 0\.01 s \(10 ms\).*below 2\.02 ms"):
+        Redlock("tiny", timeout=timeout)
+
+
+def test_the_minimum_lease_holds_for_extend_and_the_default_lease(
+    redlock_servers: RedlockServers,
+) -> None:
+    assert Redlock("shortest", timeout=0.01).timeout == 0.01  # quorum.MIN_LEASE, documented
+    with Redlock("short-extend") as lock:
+        with pytest.raises(ValueError, match="seconds of a Redlock must be at least"):
+            lock.extend(0.005)
+        assert lock.owned()
+    short = {"REDLOCK": REDLOCK_ALIASES, "TIMEOUT": 0.005}
+    with override_settings(REDISLOCK=short):
+        with pytest.raises(ImproperlyConfigured, match=r"REDISLOCK\['TIMEOUT'\] of a Redlock"):
+            Redlock("default-lease").acquire()
+        assert holders(redlock_servers, "default-lease") == [None] * 5
+
+
+# re-entry: the holder is the thread, whatever handle ------------------------------------
+
+
+def test_reentrant_per_thread_across_handles(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
+    outer = Redlock("per-thread")
+    with outer:
+        token = outer.fencing_token
+        begun = time.monotonic()
+        with Redlock("per-thread", blocking_timeout=1) as inner:  # does not wait on itself
+            assert time.monotonic() - begun < 0.5
+            assert inner.owned() and inner.fencing_token == token
+            same_servers = Redlock("per-thread", using=list(reversed(REDLOCK_ALIASES)))
+            assert same_servers.acquire(blocking=False)
+            same_servers.release()
+        assert outer.owned()  # the inner levels are gone, the hold is not
+        assert refused_elsewhere(other_thread, "per-thread")
+        # three of the five servers are another quorum, so another lock: refused
+        assert Redlock("per-thread", using=REDLOCK_ALIASES[:3]).acquire(blocking=False) is False
+    assert holders(redlock_servers, "per-thread") == [None] * 5
+    assert not outer.owned()
+
+
+def test_another_thread_still_waits_and_a_handle_is_per_thread(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
+    shared = Redlock("two-threads", blocking_timeout=0.1)
+    with shared:
+
+        def contend() -> None:
+            with shared:
+                pass
+
+        with pytest.raises(LockTimeout):
+            other_thread(contend)
+        assert not other_thread(shared.owned)
+    assert other_thread(shared.acquire, blocking=False)
+    assert not shared.owned()
+    other_thread(shared.release)
+
+
+def test_a_nested_acquire_of_a_lost_hold_reports_it_and_takes_the_lock_afresh(
+    redlock_servers: RedlockServers,
+) -> None:
+    outer = Redlock("lost-nest", auto_renew=False)
+    with capture(lock_signals.lock_lost) as lost:
+        outer.acquire()
+        drop_on_majority(redlock_servers, "lost-nest")
+        inner = Redlock("lost-nest")
+        assert inner.acquire(blocking=False)
+        assert inner.owned()
+        inner.release()
+        with pytest.raises(LockLostError):
+            outer.release()
+    assert len(lost) == 1 and "acquired it again" in lost[0]["reason"]
+    assert holders(redlock_servers, "lost-nest") == [None] * 5
+
+
+# aliases that are one server --------------------------------------------------------------
+
+
+def test_two_aliases_on_one_server_are_refused_at_first_use(
+    redlock_servers: RedlockServers,
+) -> None:
+    from django.conf import settings
+
+    same = redlock_servers.servers[0].url[: -len("/0")] + "/1"  # another db, same server
+    caches = {**settings.CACHES, "redlock0-db1": redis_cache(same)}
+    aliases = ["redlock0", "redlock0-db1", "redlock1"]
+    with override_settings(CACHES=caches):
+        with pytest.raises(ImproperlyConfigured, match=r"E023.*'redlock0' and 'redlock0-db1'"):
+            Redlock("one-server", using=aliases).acquire(blocking=False)
+    assert holders(redlock_servers, "one-server") == [None] * 5
