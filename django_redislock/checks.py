@@ -196,6 +196,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         problem = _shared_server_problem(redlock) if len(set(redlock)) == len(redlock) else None
         if problem is not None:  # (a repeated alias is E010's)
             messages.append(problem)
+        problem = _redlock_lease_problem(merged["TIMEOUT"]) if redlock else None
+        if problem is not None:
+            messages.append(problem)
         if len(redlock) >= 3 and len(redlock) % 2 == 0:
             messages.append(
                 Warning(
@@ -206,6 +209,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 )
             )
     return messages
+
+
+def _redlock_lease_problem(timeout: Any) -> CheckMessage | None:
+    """A default lease a ``Lock`` can use (E006 allows 1 ms) but a ``Redlock``
+    cannot: its drift allowance leaves it nothing. Caught here, not at the
+    first acquire of a ``Redlock`` without a timeout of its own."""
+    from .quorum import MIN_LEASE
+
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        return None  # E006's
+    if not 0.001 <= timeout < MIN_LEASE:
+        return None
+    return Error(
+        f"REDISLOCK['TIMEOUT'] is {timeout!r} s, under the {MIN_LEASE} s a Redlock's lease "
+        f"needs, and REDISLOCK['REDLOCK'] is set: every Redlock without a timeout of its own "
+        f"would fail.",
+        hint="Leases of seconds are the norm; the default is 30.",
+        id=_check_id("E024"),
+    )
 
 
 def _shared_server_problem(aliases: Any) -> CheckMessage | None:

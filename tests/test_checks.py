@@ -170,6 +170,14 @@ def test_redlock_aliases_on_separate_servers_pass_e023() -> None:
     assert check({"REDLOCK": ["s3", "s4", "r1"]}, **socket) == []
 
 
+def test_a_default_lease_too_short_for_redlock_is_an_error_e024() -> None:
+    messages = check({"REDLOCK": ["r1", "r2", "r3"], "TIMEOUT": 0.005})
+    assert ids(messages) == ["django_redislock.E024"]
+    assert "0.005" in messages[0].msg and "0.01" in messages[0].msg
+    assert check({"REDLOCK": ["r1", "r2", "r3"], "TIMEOUT": 0.01}) == []
+    assert check({"TIMEOUT": 0.005}) == []  # a Lock's lease may be that short
+
+
 def test_several_problems_are_all_reported() -> None:
     messages = check({"TIMEOUT": 0, "AUTO_RENEW": None, "CACHE": "locmem"})
     assert sorted(ids(messages)) == [
