@@ -35,6 +35,7 @@ import time
 from typing import Any
 
 from . import backend, bounds
+from .background import BackgroundWriter
 
 logger = logging.getLogger(__name__)
 
@@ -44,30 +45,16 @@ FLUSH_SECONDS = 1.0
 WRITE_TIMEOUT = 2.0
 
 
-class Tally:
+class Tally(BackgroundWriter):
     """Counts not yet written:
     ``(id(client), stats key) -> [client, ttl, acquired, wait_ms, waited]``."""
 
-    def __init__(self, *, background: bool = True) -> None:
-        #: Start the writing thread on the first count (off: only ``flush`` writes).
-        self.background = background
-        self.reset()
+    thread_name = "django-redislock-counters"
 
     def reset(self) -> None:
         """Forget the tally and the thread (a forked child has neither)."""
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
+        super().reset()
         self._pending: dict[tuple[int, bytes], list[Any]] = {}
-        self._thread: threading.Thread | None = None
-
-    def _forked(self) -> bool:
-        """Whether this is a child forked without the fork hooks (``os.fork``
-        from C, as uWSGI does without ``py-call-osafterfork``): then reset
-        here, before taking a lock a parent's thread may have held."""
-        if self._pid == os.getpid():
-            return False
-        self.reset()
-        return True
 
     def acquired(self, client: Any, stats_key: bytes, ttl_ms: int, waited: float) -> None:
         """Count one acquire of the name whose counters are ``stats_key``;
@@ -86,16 +73,6 @@ class Tally:
                 entry[4] += waits
             if self._thread is None and self.background:
                 self._start()
-
-    def _start(self) -> None:
-        """Start the writing thread (the lock held); counting never fails an acquire."""
-        thread = threading.Thread(target=self._run, name="django-redislock-counters", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # "can't start new thread": the next count tries again
-            logger.warning("Could not start the lock counters' thread", exc_info=True)
-            return
-        self._thread = thread
 
     def pending(self, client: Any, stats_key: bytes) -> tuple[int, int, int]:
         """``(acquired, wait_ms, waited)`` counted for ``stats_key`` on

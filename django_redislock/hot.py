@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import backend, bounds, counters, signals
+from .background import BackgroundWriter
 from .conf import get_settings
 
 logger = logging.getLogger(__name__)
@@ -61,13 +62,15 @@ _ACQUIRED, _WAITS, _TIMEOUTS, _LOST, _WAIT_MS = range(len(COUNTERS))
 _HISTOGRAM = len(COUNTERS)
 
 
-class Recorder:
+class Recorder(BackgroundWriter):
     """The in-process tally, flushed to Redis at most once a second.
 
     A tally entry is a list of counts per ``(minute, name)``, in ``FIELDS``
     order: recording an acquire is a few list increments (about a
     microsecond), and field names are built only when flushing.
     """
+
+    thread_name = "django_redislock.hot"
 
     def __init__(
         self,
@@ -78,25 +81,13 @@ class Recorder:
     ) -> None:
         self._connect = connect
         self._clock = clock
-        self.background = background  # start the flushing thread on the first record
-        self.reset()
+        super().__init__(background=background)
 
     def reset(self) -> None:
         """Forget the tally and the flushing thread (a forked child must not
         write its parent's tally, and has no thread until it records)."""
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
+        super().reset()
         self._tally: dict[tuple[int, str], list[int]] = {}
-        self._thread: threading.Thread | None = None
-
-    def _forked(self) -> bool:
-        """Whether this is a child forked without the fork hooks (``os.fork``
-        from C, as uWSGI does without ``py-call-osafterfork``): then reset
-        here, before taking a lock a parent's thread may have held."""
-        if self._pid == os.getpid():
-            return False
-        self.reset()
-        return True
 
     def _record(self, name: str, updates: tuple[tuple[int, int], ...]) -> None:
         if not get_settings().stats:
@@ -111,18 +102,6 @@ class Recorder:
                 entry[index] += n
             if self._thread is None and self.background:
                 self._start()
-
-    def _start(self) -> None:
-        """Start the flushing thread (the lock held). One that cannot start
-        is left unset, so the next record tries again; recording never fails
-        a lock."""
-        thread = threading.Thread(target=self._run, name="django_redislock.hot", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # "can't start new thread"
-            logger.warning("Could not start the lock history's thread", exc_info=True)
-            return
-        self._thread = thread
 
     def stop(self) -> None:
         """Write what is tallied and let the thread end (a newer recorder

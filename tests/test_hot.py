@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import threading
 import time
-import types
 from collections import Counter
 from typing import Any
 
 import pytest
 import redis
 
-from django_redislock import Lock, counters, hot, signals
+from django_redislock import Lock, background, counters, hot, signals
+from tests.threads import refuse_threads
 
 
 class Clock:
@@ -20,6 +19,15 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def wait_until_written(client: redis.Redis, field: str) -> None:
+    """Until this minute's history has ``field`` (the background thread wrote it)."""
+    key = hot.minute_key("redislock", int(time.time() // 60))
+    deadline = time.monotonic() + 20
+    while not client.hget(key, field):
+        assert time.monotonic() < deadline, "the tally was never written"
+        time.sleep(0.05)
 
 
 def recorder(client: redis.Redis, clock: Clock) -> hot.Recorder:
@@ -54,11 +62,7 @@ def test_tally_is_written_by_one_pipelined_flush(redis_client: redis.Redis) -> N
 def test_the_background_thread_writes_within_seconds(redis_client: redis.Redis) -> None:
     rec = hot.Recorder(lambda: (redis_client, "redislock"))
     rec.lost(None, name="gone")
-    key = hot.minute_key("redislock", int(time.time() // 60))
-    deadline = time.monotonic() + 20
-    while not redis_client.hget(key, "gone\x1flost"):
-        assert time.monotonic() < deadline, "the tally was never written"
-        time.sleep(0.05)
+    wait_until_written(redis_client, "gone\x1flost")
     rec.reset()  # its thread ends
 
 
@@ -84,27 +88,14 @@ def test_a_thread_that_cannot_start_is_tried_again(
 ) -> None:
     """One refused start left the thread set but never running: the history
     was never written again and the tally grew for good."""
-    refused = []
-
-    class Refused(threading.Thread):
-        def start(self) -> None:
-            refused.append(self)
-            raise RuntimeError("can't start new thread")
-
-    monkeypatch.setattr(hot, "threading", types.SimpleNamespace(
-        Thread=Refused, Lock=threading.Lock, current_thread=threading.current_thread
-    ))  # fmt: skip
+    refused = refuse_threads(monkeypatch, background)
     rec = hot.Recorder(lambda: (redis_client, "redislock"))
     rec.lost(None, name="x")
     rec.lost(None, name="x")
     assert len(refused) == 2  # each record tries again
-    monkeypatch.setattr(hot, "threading", threading)
+    monkeypatch.undo()  # threads start again
     rec.lost(None, name="started")
-    key = hot.minute_key("redislock", int(time.time() // 60))
-    deadline = time.monotonic() + 20
-    while not redis_client.hget(key, "started\x1flost"):
-        assert time.monotonic() < deadline, "the tally was never written"
-        time.sleep(0.05)
+    wait_until_written(redis_client, "started\x1flost")
     rec.reset()
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import threading
 import time
-import types
 
 import pytest
 import redis
@@ -16,11 +15,12 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_redislock import AsyncLock, Lock, LockLostError, counters
+from django_redislock import AsyncLock, Lock, LockLostError, background, counters
 from django_redislock.inspection import stats
 from tests.holders import OtherThread
 from tests.procs import worker_env
 from tests.servers import free_port
+from tests.threads import refuse_threads
 
 STATS_KEY = "redislock:{%s}:stats"
 
@@ -229,21 +229,7 @@ def test_a_hung_redis_holds_a_write_up_for_the_write_timeout_only(
 def test_a_thread_that_cannot_start_never_fails_the_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    starts = []
-
-    class Refused(threading.Thread):
-        def start(self) -> None:
-            starts.append(self)
-            raise RuntimeError("can't start new thread")
-
-    # counters' own view of the threading module: other threads start as usual
-    monkeypatch.setattr(
-        counters,
-        "threading",
-        types.SimpleNamespace(
-            Thread=Refused, Lock=threading.Lock, current_thread=threading.current_thread
-        ),
-    )
+    starts = refuse_threads(monkeypatch, background)
     own = counters.Tally()
     client = object()
     own.acquired(client, b"k", 60_000, 0.0)  # no exception reaches the acquire

@@ -3,7 +3,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-import types
 from collections.abc import Callable
 from typing import Any
 
@@ -28,6 +27,7 @@ from tests.renewals import THREAD_NAME, hold_back_renewals
 from tests.servers import RedisServer
 from tests.settings import redis_cache
 from tests.signals_helper import capture
+from tests.threads import no_watchdog_thread
 
 
 def watchdog_threads() -> list[threading.Thread]:
@@ -371,26 +371,6 @@ def test_extends_crossing_every_send_give_the_thread_back(
 # a thread that cannot start ---------------------------------------------------------
 
 
-class _RefusedThread(threading.Thread):
-    def start(self) -> None:
-        raise RuntimeError("can't start new thread")
-
-
-def _no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The watchdog's thread gone idle, and none that can start."""
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.1)
-    with watchdog._cond:
-        watchdog._cond.notify_all()
-    thread = watchdog._thread
-    if thread is not None:
-        thread.join(10)
-    assert watchdog._thread is None
-    monkeypatch.setattr(watchdog_module, "threading", types.SimpleNamespace(
-        Thread=_RefusedThread, Lock=threading.Lock, Condition=threading.Condition,
-        current_thread=threading.current_thread,
-    ))  # fmt: skip
-
-
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_an_acquire_that_no_thread_would_renew_fails_before_any_grant(
     kind: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
@@ -399,7 +379,7 @@ def test_an_acquire_that_no_thread_would_renew_fails_before_any_grant(
     every lease of the process went unrenewed, unannounced, for good."""
     make = (lambda: Lock("unrenewed", timeout=5)) if kind == "lock" else (
         lambda: Semaphore("unrenewed", limit=2, timeout=5))  # fmt: skip
-    _no_watchdog_thread(monkeypatch)
+    no_watchdog_thread(monkeypatch)
     with pytest.raises(LockError, match="could not start the thread that renews leases"):
         make().acquire()
     assert list(redis_client.scan_iter("redislock:{unrenewed}:*")) == []  # nothing granted
@@ -415,7 +395,7 @@ def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
 ) -> None:
     """The thread went idle between the acquire's check and the grant, and
     cannot start again: the holder is told, not left with a lapsing lease."""
-    _no_watchdog_thread(monkeypatch)
+    no_watchdog_thread(monkeypatch)
     reasons: list[str] = []
 
     class Held:

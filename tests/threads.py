@@ -1,0 +1,47 @@
+"""Threads that cannot start, as in a process at its thread, pid or memory limit."""
+
+from __future__ import annotations
+
+import threading
+import types
+from types import ModuleType
+
+import pytest
+
+
+def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[threading.Thread]:
+    """Make every thread ``module`` starts fail to (``RuntimeError``, as
+    CPython says "can't start new thread"); the list gets each one refused.
+
+    Only that module's view of ``threading`` changes: other threads of the
+    test process start as usual."""
+    refused: list[threading.Thread] = []
+
+    class Refused(threading.Thread):
+        def start(self) -> None:
+            refused.append(self)
+            raise RuntimeError("can't start new thread")
+
+    view = types.SimpleNamespace(
+        Thread=Refused,
+        Lock=threading.Lock,
+        Condition=threading.Condition,
+        current_thread=threading.current_thread,
+    )
+    monkeypatch.setattr(module, "threading", view)
+    return refused
+
+
+def no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's thread gone idle, and none that can start."""
+    from django_redislock import watchdog as watchdog_module
+    from django_redislock.watchdog import watchdog
+
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.1)
+    with watchdog._cond:  # a thread waiting for a renewal due later looks again now
+        watchdog._cond.notify_all()
+    thread = watchdog._thread
+    if thread is not None:
+        thread.join(10)
+    assert watchdog._thread is None
+    refuse_threads(monkeypatch, watchdog_module)
