@@ -120,6 +120,9 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
             )
         return settings.timeout
 
+    def _renewed(self, settings: LockSettings) -> bool:
+        return self.auto_renew if self.auto_renew is not None else settings.auto_renew
+
     # holder state: the thread, as for Lock (see holders.py) -------------------------
 
     @staticmethod
@@ -155,6 +158,8 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         servers = servers_for(aliases)
         keys = self._key_list(settings.key_prefix)
         lease = self._lease(settings)
+        if self._renewed(settings):  # no thread, no grant (watchdog.ensure_running)
+            watchdog.ensure_running()
         hold_key = self._quorum_key(aliases, keys)
         holding = self._reentry(hold_key)
         if holding is not None:
@@ -198,7 +203,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
     ) -> None:
         """Record a new hold: this thread's, watched, announced."""
         self._took(hold_key, holding)
-        if self.auto_renew if self.auto_renew is not None else settings.auto_renew:
+        if self._renewed(settings):
             watchdog.watch(holding)
         self._announce_acquired(waited, None)
 

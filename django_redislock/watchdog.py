@@ -108,11 +108,11 @@ class Watchdog:
         self._thread = thread
 
     def watch(self, holding: Renewable) -> None:
-        """Renew ``holding`` from now on. Should the thread (gone idle since
-        ``ensure_running``) fail to start again, the holding is reported lost
-        at once: a lease nothing renews must not lapse unannounced."""
+        """Renew ``holding`` from now on; its acquire called
+        ``ensure_running`` first (which also notices a fork). Should the
+        thread (gone idle since) fail to start again, the holding is reported
+        lost at once: a lease nothing renews must not lapse unannounced."""
         due = _due(holding, time.monotonic())
-        self._forked()
         with self._lock:
             self._watched[id(holding)] = (weakref.ref(holding), due)
             if self._thread is not None:

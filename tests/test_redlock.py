@@ -15,6 +15,7 @@ from django.test import override_settings
 from django_redislock import (
     Lock,
     LockBackendError,
+    LockError,
     LockLostError,
     LockNotOwnedError,
     LockTimeout,
@@ -31,6 +32,7 @@ from tests.procs import processes
 from tests.renewals import THREAD_NAME
 from tests.settings import redis_cache
 from tests.signals_helper import capture
+from tests.threads import no_watchdog_thread
 
 pytestmark = pytest.mark.scaleout
 
@@ -502,3 +504,18 @@ def test_an_extend_crossing_a_renewal_is_the_lease_kept(
             assert holding is not None and holding.lease == 60
     finally:
         go.set()
+
+
+def test_an_acquire_that_no_thread_would_renew_fails_before_any_grant(
+    redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As for Lock: with no watchdog thread and none that can start, an
+    auto-renewed Redlock fails before any server grants it."""
+    no_watchdog_thread(monkeypatch)
+    with pytest.raises(LockError, match="could not start the thread that renews leases"):
+        Redlock("unrenewed").acquire()
+    assert not any(holders(redlock_servers, "unrenewed"))  # no server granted it
+    monkeypatch.undo()
+    lock = Redlock("unrenewed")
+    assert lock.acquire()
+    lock.release()
