@@ -28,19 +28,26 @@ class OtherThread:
         self._executor.shutdown(wait=True)
 
 
-def refused_elsewhere(name: str) -> bool:
-    """Whether another holder (a thread of its own) is refused ``name`` right now."""
+def refused_elsewhere(
+    name: str, primitive: Callable[[str], Any] | None = None, other: OtherThread | None = None
+) -> bool:
+    """Whether another holder (``other``, else a thread of its own) is
+    refused ``name`` right now, by a new ``primitive`` (default ``Lock``)."""
     from django_redislock import Lock
 
+    make = Lock if primitive is None else primitive
+
     def probe() -> bool:
-        lock = Lock(name)
+        lock = make(name)
         if lock.acquire(blocking=False):
             lock.release()
             return False
         return True
 
-    other = OtherThread()
+    if other is not None:
+        return bool(other(probe))
+    own = OtherThread()
     try:
-        return other(probe)
+        return bool(own(probe))
     finally:
-        other.close()
+        own.close()

@@ -27,7 +27,7 @@ from django_redislock.quorum import drift, quorum
 from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 from django_redislock.state import parse_lock_value
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
-from tests.holders import OtherThread
+from tests.holders import OtherThread, refused_elsewhere
 from tests.procs import processes
 from tests.renewals import THREAD_NAME
 from tests.settings import redis_cache
@@ -37,19 +37,6 @@ from tests.threads import no_watchdog_thread
 pytestmark = pytest.mark.scaleout
 
 KEY = "redislock:{{{}}}:redlock"
-
-
-def refused_elsewhere(other_thread: OtherThread, name: str) -> bool:
-    """Whether another holder (the test's other thread) is refused ``name`` now."""
-
-    def probe() -> bool:
-        lock = Redlock(name)
-        if lock.acquire(blocking=False):
-            lock.release()
-            return False
-        return True
-
-    return other_thread(probe)
 
 
 def holders(servers: RedlockServers, name: str) -> list[str | None]:
@@ -172,7 +159,7 @@ def test_one_server_down_still_works(
     redlock_servers.servers[0].kill()
     lock = Redlock("one-down")
     assert lock.acquire(blocking=False)
-    assert refused_elsewhere(other_thread, "one-down")
+    assert refused_elsewhere("one-down", Redlock, other_thread)
     lock.extend(20)
     assert lock.fencing_token is not None
     lock.release()
@@ -216,7 +203,7 @@ def test_watchdog_keeps_a_short_lease_alive(
     with lock:
         time.sleep(3.0)  # three leases
         assert lock.owned()
-        assert refused_elsewhere(other_thread, "long")
+        assert refused_elsewhere("long", Redlock, other_thread)
 
 
 def test_lease_lost_without_watchdog_is_reported(redlock_servers: RedlockServers) -> None:
