@@ -14,10 +14,10 @@ from django.test import override_settings
 from django_redislock import LockLostError, LockTimeout, Redlock
 from django_redislock import signals as lock_signals
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
-from tests.holders import OtherThread
+from tests.holders import OtherThread, refused_elsewhere
 from tests.settings import redis_cache
 from tests.signals_helper import capture
-from tests.test_redlock import KEY, holders, refused_elsewhere
+from tests.test_redlock import KEY, holders
 
 pytestmark = pytest.mark.scaleout
 
@@ -116,7 +116,7 @@ def test_reentrant_per_thread_across_handles(
             assert same_servers.acquire(blocking=False)
             same_servers.release()
         assert outer.owned()  # the inner levels are gone, the hold is not
-        assert refused_elsewhere(other_thread, "per-thread")
+        assert refused_elsewhere("per-thread", Redlock, other_thread)
         # three of the five servers are another quorum, so another lock: refused
         assert Redlock("per-thread", using=REDLOCK_ALIASES[:3]).acquire(blocking=False) is False
     assert holders(redlock_servers, "per-thread") == [None] * 5
