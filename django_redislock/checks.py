@@ -89,8 +89,8 @@ def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
         return None
     return Warning(
         f"Cache {alias!r}, which the locks use, sets no {' and no '.join(missing)}: a hung "
-        f"Redis would block requests until the operating system gives up, and a lost "
-        f"lease would be reported late.",
+        f"Redis would block requests, releases and its renewals until the operating "
+        f"system gives up on the connection.",
         hint=f"Add to its OPTIONS: {{{suggestion}}} (seconds).",
         id=_check_id("W002"),
     )

@@ -50,14 +50,18 @@ IDLE_EXIT = 30.0
 
 
 class _Batch:
-    """One fan-out: a result slot per server, and which slots are settled."""
+    """One fan-out: a result slot per server, and which slots are settled.
 
-    __slots__ = ("abandoned", "done", "results", "settled", "unsettled")
+    ``short`` counts down the replies of 1 its caller still needs before it
+    stops waiting for the rest (``None``: it waits for every server)."""
 
-    def __init__(self, count: int, unsettled: int) -> None:
+    __slots__ = ("abandoned", "done", "results", "settled", "short", "unsettled")
+
+    def __init__(self, count: int, unsettled: int, enough: int | None = None) -> None:
         self.results: list[Any] = [None] * count
         self.settled = [False] * count
         self.unsettled = unsettled
+        self.short = enough
         self.done = threading.Condition(threading.Lock())
         self.abandoned = False
 
@@ -67,8 +71,20 @@ class _Batch:
                 self.results[index] = result
                 self.settled[index] = True
                 self.unsettled -= 1
-                if not self.unsettled:  # the caller wakes once, or at a deadline
+                if self.short is not None and result == 1:
+                    self.short -= 1
+                if self.enough:  # the caller wakes once, or at a deadline
                     self.done.notify()
+
+    @property
+    def answered(self) -> bool:
+        """As many servers answered 1 as the caller needs (under ``done``)."""
+        return self.short is not None and self.short <= 0
+
+    @property
+    def enough(self) -> bool:
+        """The caller has all it waits for (under ``done``)."""
+        return not self.unsettled or self.answered
 
 
 #: A call: its batch, the server's index and client, the script, its KEYS and
@@ -189,6 +205,7 @@ class Servers:
         *,
         timeout: float | None,
         only: Sequence[int] | None = None,
+        enough: int | None = None,
     ) -> list[Any]:
         """Run ``script`` on every server (or those numbered in ``only``) at once.
 
@@ -197,9 +214,14 @@ class Servers:
         ``timeout`` or the connection's socket timeout); servers not in
         ``only`` get ``None``. A hung server's call fails at once (see the
         module docstring). Any other exception is raised.
+
+        With ``enough``, it returns as soon as that many servers answered 1
+        (a renewal that has its majority), with ``None`` for the servers that
+        had not answered yet: their calls are still sent, and a server that
+        hangs costs nothing more than one that answers at once.
         """
         indices = range(len(self.clients)) if only is None else tuple(only)
-        batch = _Batch(len(self.clients), len(indices))
+        batch = _Batch(len(self.clients), len(indices), enough)
         pools = self._live_pools()
         sent = time.monotonic()
         deadlines = {i: _deadline(sent, timeout, self._limits[i]) for i in indices}
@@ -210,11 +232,15 @@ class Servers:
         try:
             self._wait(batch, deadlines)
         finally:
-            batch.abandoned = True
-        for result in batch.results:
+            with batch.done:
+                # calls no worker took yet are skipped, unless the caller
+                # stopped waiting because it had enough: the rest are told too
+                batch.abandoned = not batch.answered
+                results = list(batch.results)  # late replies land in the batch only
+        for result in results:
             if isinstance(result, Exception) and not isinstance(result, BACKEND_ERRORS):
                 raise result
-        return batch.results
+        return results
 
     @staticmethod
     def _wait(batch: _Batch, deadlines: dict[int, float | None]) -> None:
@@ -229,7 +255,7 @@ class Servers:
                         batch.unsettled -= 1
                     if batch.settled[index]:
                         del deadlines[index]
-                if not deadlines:
+                if not deadlines or batch.enough:
                     return
                 bounded = [d for d in deadlines.values() if d is not None]
                 batch.done.wait(min(bounded) - now if bounded else None)
@@ -263,6 +289,7 @@ def run_on_all(
     *,
     timeout: float | None,
     only: Sequence[int] | None = None,
+    enough: int | None = None,
 ) -> list[Any]:
     """``servers.run(...)``: the one place every Redlock fan-out passes."""
-    return servers.run(script, keys, args, timeout=timeout, only=only)
+    return servers.run(script, keys, args, timeout=timeout, only=only, enough=enough)

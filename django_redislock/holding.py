@@ -18,7 +18,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, context, signals
@@ -147,6 +147,12 @@ class Holding:
         """A third of the lease: the watchdog renews two more times before it ends."""
         return self.lease / 3
 
+    @property
+    def lane(self) -> Hashable:
+        """The watchdog renews the leases held through one connection pool one
+        at a time, beside those held elsewhere (see ``watchdog``)."""
+        return id(getattr(self.client, "connection_pool", self.client))
+
     def renew_call(self, lease: float) -> tuple[Sequence[str | bytes], list[Any]]:
         """KEYS and ARGV of the extend script making ``lease`` the lease from now on."""
         return self.renew_keys, self.renew_script.args_of(
@@ -245,7 +251,6 @@ class Holding:
             time.monotonic() - self.acquired_at,
             reason,
         )
-        self._count_lost()
         signals.notify(
             signals.lock_lost,
             sender=self.sender,
@@ -254,6 +259,8 @@ class Holding:
             held=time.monotonic() - self.acquired_at,
             reason=reason,
         )
+        # After the report: on a server that hangs, counting waits for it.
+        self._count_lost()
 
     def _count_lost(self) -> None:
         """Best effort, one round trip: a lost lease is rare and already a failure."""

@@ -8,6 +8,7 @@ counts from before the first request, less the drift allowance (``quorum``).
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 from typing import Any
 
 from . import fanout
@@ -43,6 +44,11 @@ class RedlockHolding(Holding):
         self.lease_deadline -= self.drift
 
     @property
+    def lane(self) -> Hashable:
+        """One lane per set of servers: its renewals wait on them all at once."""
+        return id(self.servers)
+
+    @property
     def lock_key(self) -> str:
         return self.redlock_keys[0]
 
@@ -54,17 +60,23 @@ class RedlockHolding(Holding):
         """Extend on every server; ``True`` when a majority did so in time (the
         caller keeps the books: ``Holding.renew``, ``begin_extend``/``end_extend``).
 
-        ``False`` when a majority answered that the lock is not ours (it is
-        lost); ``LockBackendError`` when too few answered to tell.
+        It returns once a majority has extended, without waiting out a server
+        that hangs (its reply timeout, for each renewal of each hold on those
+        servers, one after another in the watchdog's lane); the others are
+        still sent the extend. ``False`` when a majority answered that the
+        lock is not ours (it is lost); ``LockBackendError`` when too few
+        answered to tell.
         """
         started = time.monotonic()
         call = lock_call(LOCK_EXTEND, self.redlock_keys, self.token, lease_ms=int(lease * 1000))
         timeout = reply_timeout(lease, drift(lease))
         servers = self.servers
-        results = fanout.run_on_all(servers, call.script, call.keys, call.args, timeout=timeout)
+        needed = quorum(len(servers))
+        results = fanout.run_on_all(
+            servers, call.script, call.keys, call.args, timeout=timeout, enough=needed
+        )
         extended = sum(1 for r in results if r == 1)
         refused = sum(1 for r in results if r == 0)
-        needed = quorum(len(results))
         if extended >= needed and time.monotonic() - started < lease - drift(lease):
             return True
         if len(results) - refused < needed:

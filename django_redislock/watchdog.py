@@ -1,19 +1,31 @@
-"""One renewal thread per process for every auto-renewed lease.
+"""One watchdog per process for every auto-renewed lease.
 
-The thread is started by the first ``watch`` and exits after it has had
-nothing to renew for ``IDLE_EXIT`` seconds, so a hot acquire/release loop never
-starts a thread per acquire, and an idle process keeps no thread. It holds only
-weak references: a holding whose primitive was dropped without release stops
-being renewed and its lease runs out, as if its process had died.
+Its scheduler thread is started by the first ``watch`` and exits after it has
+had nothing to renew for ``IDLE_EXIT`` seconds, so a hot acquire/release loop
+never starts a thread per acquire, and an idle process keeps no thread. It
+holds only weak references: a holding whose primitive was dropped without
+release stops being renewed and its lease runs out, as if its process had died.
+
+The scheduler decides when a lease is due; the renewal itself is sent from a
+lane, one thread per connection pool the leases are held on (``Renewable.lane``:
+a cache alias's server, a Redlock's set of servers), which exits after
+``IDLE_EXIT`` seconds without work. A server that hangs then stalls the
+renewals of the leases held on it, never those held elsewhere: with one thread
+renewing in turn, a renewal stuck on one server until its socket timeout left
+every other lease of the process unrenewed, and they lapsed. A lane that
+cannot start is not fatal: its renewal is sent from the scheduler, as all were
+before lanes.
 
 A renewal that finds the lease no longer ours, or cannot reach Redis before
-the lease would have ended, marks the holding lost and sends ``lock_lost``.
+the lease would have ended, marks the holding lost and sends ``lock_lost``; so
+does one still unanswered when the lease ends as the holder measures it (a
+server that hangs, a connection without a socket timeout).
 A failed renewal is retried only while another attempt, up to twice as slow as
 the failed one, would still end before the lease does, so the holder is told no later
 than its lease end (as the holder measures it, which is never later than
-Redis's) as long as the connection has a socket timeout well under a third of
-the lease. Without a socket timeout, a black-holed connection blocks the
-renewal until the operating system gives up on it.
+Redis's) whether or not the connection has a socket timeout; with none, the
+renewal's lane (never the others) stays blocked until the operating system
+gives up on the connection.
 
 After ``fork()`` the child starts with an empty watchdog: it never renews (or
 releases) what its parent holds.
@@ -21,11 +33,14 @@ releases) what its parent holds.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import threading
 import time
 import weakref
+from collections import deque
+from collections.abc import Callable, Hashable
 from typing import Protocol
 
 from .exceptions import LockBackendError, LockError
@@ -36,6 +51,12 @@ logger = logging.getLogger(__name__)
 IDLE_EXIT = 5.0
 #: Retry delay after a renewal that could not reach Redis.
 RETRY_DELAY = 0.2
+#: The scheduler's thread name, and the lanes'.
+SCHEDULER_THREAD = "django-redislock-watchdog"
+LANE_THREAD = "django-redislock-renewal"
+
+#: One lane's work: a renewal, or the report of one that never came back.
+_Job = Callable[[], None]
 
 
 class Renewable(Protocol):
@@ -45,6 +66,11 @@ class Renewable(Protocol):
 
     @property
     def renew_interval(self) -> float: ...
+
+    @property
+    def lane(self) -> Hashable:
+        """The connection pool the renewal goes over: leases with the same
+        lane are renewed one at a time, in one thread."""
 
     def renew(self) -> bool:
         """Extend the lease one more term; ``False`` if it is no longer ours."""
@@ -59,6 +85,16 @@ def _due(holding: Renewable, now: float) -> float:
     return now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
 
 
+class _Lane:
+    """One lane's jobs, waiting for its thread (under the watchdog's lock)."""
+
+    __slots__ = ("jobs", "ready")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.jobs: deque[_Job] = deque()
+        self.ready = threading.Condition(lock)
+
+
 class Watchdog:
     def __init__(self) -> None:
         self._reset()
@@ -71,10 +107,12 @@ class Watchdog:
         # __enter__ is Python code.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # id(holding) -> (weakref, next due time); insertion order is irrelevant
-        self._watched: dict[int, tuple[weakref.ref[Renewable], float]] = {}
+        # id(holding) -> (weakref, next due time, whether a renewal is on its
+        # way); insertion order is irrelevant
+        self._watched: dict[int, tuple[weakref.ref[Renewable], float, bool]] = {}
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
+        self._lanes: dict[Hashable, _Lane] = {}
 
     def _forked(self) -> None:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
@@ -100,7 +138,7 @@ class Watchdog:
     def _start(self) -> None:
         """Start the thread (``_lock`` held); left unset if it cannot start,
         so the next acquire tries again."""
-        thread = threading.Thread(target=self._run, name="django-redislock-watchdog", daemon=True)
+        thread = threading.Thread(target=self._run, name=SCHEDULER_THREAD, daemon=True)
         try:
             thread.start()
         except RuntimeError as exc:  # "can't start new thread"
@@ -114,7 +152,7 @@ class Watchdog:
         lost at once: a lease nothing renews must not lapse unannounced."""
         due = _due(holding, time.monotonic())
         with self._lock:
-            self._watched[id(holding)] = (weakref.ref(holding), due)
+            self._watched[id(holding)] = (weakref.ref(holding), due, False)
             if self._thread is not None:
                 if due < self._wake_at:
                     self._cond.notify()
@@ -128,14 +166,17 @@ class Watchdog:
         holding.mark_lost(str(failure))
 
     def reschedule(self, holding: Renewable) -> None:
-        """The lease changed (``extend``): renew by the new one, if watched."""
+        """The lease changed (``extend``): renew by the new one, if watched.
+        A renewal on its way schedules the next itself; the scheduler looks
+        again at when that one is overdue (the lease end may have moved)."""
         due = _due(holding, time.monotonic())
         with self._lock:
             entry = self._watched.get(id(holding))
             if entry is None or entry[0]() is not holding:
                 return
-            self._watched[id(holding)] = (entry[0], due)
-            if due < self._wake_at:
+            if not entry[2]:
+                self._watched[id(holding)] = (entry[0], due, False)
+            if due < self._wake_at or entry[2]:
                 self._cond.notify()
 
     def unwatch(self, holding: Renewable) -> None:
@@ -146,7 +187,7 @@ class Watchdog:
         """How many holdings are renewed: a dropped one counts no more, even
         before the thread's next pass forgets it."""
         with self._lock:
-            return sum(1 for ref, _ in self._watched.values() if ref() is not None)
+            return sum(1 for ref, _, _ in self._watched.values() if ref() is not None)
 
     def _run(self) -> None:
         # This frame sleeps between passes, so it binds only weak references:
@@ -170,28 +211,93 @@ class Watchdog:
                 due = self._due_or_wait(now)
                 if not due:
                     continue
-            for ref in due:
-                self._renew_one(ref)
+            for lane, job in due:
+                self._dispatch(lane, job)
+            due = []  # this frame waits next: it keeps no job (and no holding) alive
 
-    def _due_or_wait(self, now: float) -> list[weakref.ref[Renewable]]:
-        """The leases due (weakly: see ``_run``); if none is, wait (under
-        ``_cond``) until the earliest is. Forgets the holdings that were dropped,
-        and each due one is taken in hand only for its own renewal: one dropped
-        while another's renewal waits on Redis is not renewed again."""
-        due_now: list[weakref.ref[Renewable]] = []
-        earliest = float("inf")
-        for key, (ref, due) in list(self._watched.items()):
-            if ref() is None:
-                del self._watched[key]
-            elif due <= now:
-                due_now.append(ref)
-            else:
-                earliest = min(earliest, due)
+    def _due_or_wait(self, now: float) -> list[tuple[Hashable, _Job]]:
+        """The jobs due (renewals, and reports of renewals overdue); if none
+        is, wait (under ``_cond``) until the earliest is."""
+        due_now, earliest = self._scan(now)
         if not due_now:
             self._wake_at = earliest
             if earliest != float("inf"):
                 self._cond.wait(earliest - now)
         return due_now
+
+    def _scan(self, now: float) -> tuple[list[tuple[Hashable, _Job]], float]:
+        """Each lease due now, as a job for its lane, and when the next is due.
+
+        Forgets the holdings that were dropped. A renewal still on its way
+        when the lease ends (as the holder measures it) is overdue: its report
+        goes to a lane of its own, since the renewal's lane may be stuck on
+        the same server. Jobs hold holdings weakly (see ``_run``): one dropped
+        while another's renewal waits on Redis is not renewed again.
+        """
+        due_now: list[tuple[Hashable, _Job]] = []
+        earliest = float("inf")
+        for key, (ref, due, sent) in list(self._watched.items()):
+            holding = ref()
+            if holding is None:
+                del self._watched[key]
+                continue
+            if sent:
+                due = holding.lease_deadline
+            if due > now:
+                earliest = min(earliest, due)
+            elif sent:
+                del self._watched[key]
+                due_now.append((("overdue", holding.lane), functools.partial(self._overdue, ref)))
+            else:
+                self._watched[key] = (ref, due, True)
+                due_now.append((holding.lane, functools.partial(self._renew_one, ref)))
+        return due_now, earliest
+
+    def _dispatch(self, lane: Hashable, job: _Job) -> None:
+        """Run ``job`` in ``lane``'s thread, after that lane's earlier jobs and
+        beside other lanes'; here, when no thread can start for it."""
+        with self._lock:
+            queue = self._lanes.get(lane)
+            if queue is None:
+                queue = _Lane(self._lock)
+                thread = threading.Thread(
+                    target=self._serve, args=(lane, queue), name=LANE_THREAD, daemon=True
+                )
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # "can't start new thread"
+                    logger.warning("Renewing in the watchdog's own thread: %s", exc)
+                    queue = None
+                else:
+                    self._lanes[lane] = queue
+            if queue is not None:
+                queue.jobs.append(job)
+                queue.ready.notify()
+                return
+        job()
+
+    def _serve(self, lane: Hashable, queue: _Lane) -> None:
+        """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``."""
+        job: _Job | None = None
+        while True:
+            with self._lock:
+                if not queue.jobs:
+                    queue.ready.wait(IDLE_EXIT)
+                    if not queue.jobs:
+                        if self._lanes.get(lane) is queue:
+                            del self._lanes[lane]
+                        return
+                job = queue.jobs.popleft()
+            try:
+                job()
+            except Exception:  # a lane must survive anything, as the scheduler does
+                logger.exception("Lease renewal crashed")
+            job = None  # this frame idles next: it must not keep the job alive
+
+    def _overdue(self, ref: weakref.ref[Renewable]) -> None:
+        holding = ref()
+        if holding is not None:
+            holding.mark_lost("no answer to the renewal before the lease ended")
 
     def _renew_one(self, ref: weakref.ref[Renewable]) -> None:
         holding = ref()
@@ -227,10 +333,13 @@ class Watchdog:
         self._reschedule(holding, _due(holding, started))
 
     def _reschedule(self, holding: Renewable, due: float) -> None:
+        """After a renewal (from its lane): the next one is due at ``due``."""
         with self._cond:
             entry = self._watched.get(id(holding))
             if entry is not None and entry[0]() is holding:
-                self._watched[id(holding)] = (entry[0], due)
+                self._watched[id(holding)] = (entry[0], due, False)
+                if due < self._wake_at:
+                    self._cond.notify()
 
     def _lose(self, holding: Renewable, reason: str) -> None:
         self.unwatch(holding)

@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
+#: The watchdog's scheduler thread, one per process.
 THREAD_NAME = "django-redislock-watchdog"
+#: The threads that send its renewals, one per connection pool in use.
+RENEWAL_THREAD = "django-redislock-renewal"
 
 
 def hold_back_renewals(
@@ -16,7 +19,7 @@ def hold_back_renewals(
     name: str,
     before_send: Callable[[Any, float], None] | None = None,
 ) -> tuple[list[int], threading.Event]:
-    """Run ``before_send(holding, lease)`` in the watchdog's thread before each
+    """Run ``before_send(holding, lease)`` in the watchdog's renewal thread before each
     send of its renewals of ``name``. The list gets, per renewal, how many sends
     it took; the event is set when the first renewal is over. Only leases are
     kept, never a holding."""
@@ -28,7 +31,7 @@ def hold_back_renewals(
     renewed = threading.Event()
 
     def held_back(self: Holding, lease: float) -> Any:
-        if threading.current_thread().name == THREAD_NAME and self.name == name:
+        if threading.current_thread().name == RENEWAL_THREAD and self.name == name:
             sends.append(lease)
             if before_send is not None:
                 before_send(self, lease)

@@ -157,3 +157,47 @@ def test_a_busy_healthy_server_is_never_refused() -> None:
     for thread in callers:
         thread.join(30)
     assert results == [[("a",), ("b",), ("c",)]] * len(callers)
+
+
+class Extend(Echo):
+    """A stand-in for the extend script: answers 1 (extended), and records
+    which servers were sent the call."""
+
+    def __init__(self, stalled: object = None, refusing: Sequence[object] = ()) -> None:
+        super().__init__(stalled=stalled)
+        self.refusing = refusing
+        self.sent: list[object] = []
+
+    def __call__(self, client: Any, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        self.sent.append(client)
+        if client is self.stalled:
+            self.release.wait(10)
+        return 0 if client in self.refusing else 1
+
+
+def test_a_call_with_enough_returns_at_its_majority_and_still_tells_the_rest() -> None:
+    """A renewal with its majority does not wait out a server that hangs
+    (its reply timeout, for every renewal in turn); that server is still sent
+    the call."""
+    script = Extend(stalled="b")
+    servers = fanout.Servers(["a", "b", "c"])
+    try:
+        started = time.monotonic()
+        results = servers.run(script, [], [], timeout=3.0, enough=2)
+        assert time.monotonic() - started < 1.5  # not the 3 s reply timeout
+        assert results == [1, None, 1]
+        wait_until(lambda: "b" in script.sent, "the hung server to be sent the call too")
+    finally:
+        script.release.set()
+
+
+def test_a_call_short_of_enough_waits_for_every_server_as_before() -> None:
+    script = Extend(stalled="c", refusing=["b"])
+    servers = fanout.Servers(["a", "b", "c"])
+    try:
+        started = time.monotonic()
+        results = servers.run(script, [], [], timeout=0.5, enough=2)
+        assert time.monotonic() - started >= 0.45  # waited for the third answer
+        assert results[:2] == [1, 0] and isinstance(results[2], redis.TimeoutError)
+    finally:
+        script.release.set()

@@ -29,7 +29,7 @@ from django_redislock.state import parse_lock_value
 from tests.cluster import REDLOCK_ALIASES, RedlockServers
 from tests.holders import OtherThread, refused_elsewhere
 from tests.procs import processes
-from tests.renewals import THREAD_NAME
+from tests.renewals import RENEWAL_THREAD
 from tests.settings import redis_cache
 from tests.signals_helper import capture
 from tests.threads import no_watchdog_thread
@@ -465,7 +465,7 @@ def test_an_extend_crossing_a_renewal_is_the_lease_kept(
     lock_call, renew = redlock_holding.lock_call, redlock_holding.RedlockHolding.renew
 
     def held_back(script: Any, keys: Any, token: str, **kwargs: Any) -> Any:
-        if threading.current_thread().name == THREAD_NAME and not go.is_set():
+        if threading.current_thread().name == RENEWAL_THREAD and not go.is_set():
             read.set()  # this renewal has read its lease: send it after the extend
             go.wait(10)
         return lock_call(script, keys, token, **kwargs)

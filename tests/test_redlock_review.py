@@ -1,8 +1,10 @@
 """Redlock's contract where a review found it broken: fencing tokens of lost
-locks, leases too short to work, re-entry per thread, servers that are one."""
+locks, leases too short to work, re-entry per thread, servers that are one,
+renewals that waited out a hung server."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from typing import Any
@@ -173,3 +175,29 @@ def test_two_aliases_on_one_server_are_refused_at_first_use(
         with pytest.raises(ImproperlyConfigured, match=r"E023.*'redlock0' and 'redlock0-db1'"):
             Redlock("one-server", using=aliases).acquire(blocking=False)
     assert holders(redlock_servers, "one-server") == [None] * 5
+
+
+# renewals with a hung server ---------------------------------------------------------
+
+
+def test_renewals_do_not_wait_out_a_hung_server(redlock_servers: RedlockServers) -> None:
+    """Each renewal returns once a majority extended. Waiting out the hung
+    server's reply timeout (250 ms) for each hold in turn took a dozen holds
+    3 s a pass, twice their 1.5 s lease, and leases lapsed."""
+    locks = [Redlock(f"hung-renewals:{i}", timeout=1.5) for i in range(12)]
+    for lock in locks:
+        assert lock.acquire()
+    hung = redlock_servers.servers[0].process
+    assert hung is not None
+    with capture(lock_signals.lock_lost) as lost:
+        hung.send_signal(signal.SIGSTOP)
+        try:
+            until = time.monotonic() + 4.5
+            while time.monotonic() < until:
+                time.sleep(0.1)  # the subject is three leases' time passing
+        finally:
+            hung.send_signal(signal.SIGCONT)
+        assert [call["name"] for call in lost] == []
+    for lock in locks:
+        assert lock.owned()
+        lock.release()

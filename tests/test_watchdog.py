@@ -244,23 +244,43 @@ def test_a_nested_acquire_keeps_the_extended_lease(redis_client: Any) -> None:
 
 
 class _Renewable:
-    """A holding stand-in, due at once; its renewal waits for ``gate`` if given."""
+    """A holding stand-in, due at once and again after each renewal, with a
+    minute's lease; its renewal waits for ``gate`` if given (up to ``hold``
+    seconds). ``renewed`` is set after ``enough`` renewals."""
 
-    renew_interval = 60.0
+    renew_interval = 0.0
 
-    def __init__(self, gate: threading.Event | None = None) -> None:
-        self.lease_deadline = time.monotonic()
+    def __init__(
+        self,
+        gate: threading.Event | None = None,
+        *,
+        lane: str = "server",
+        lease: float = 60.0,
+        hold: float = 5.0,
+        enough: int = 1,
+    ) -> None:
+        self.lease_deadline = time.monotonic() + lease
         self.gate = gate
+        self.lane = lane
+        self.hold = hold
+        self.enough = enough
         self.renewing = threading.Event()
+        self.renewed = threading.Event()
         self.renewals = 0
+        self.lost: list[tuple[float, str]] = []
+        self.told = threading.Event()
 
     def renew(self) -> bool:
         self.renewals += 1
         self.renewing.set()
-        return self.gate is None or self.gate.wait(5)
+        ours = self.gate is None or self.gate.wait(self.hold)
+        if self.renewals >= self.enough:
+            self.renewed.set()
+        return ours
 
     def mark_lost(self, reason: str) -> None:
-        pass
+        self.lost.append((time.monotonic(), reason))
+        self.told.set()
 
 
 def test_a_hold_dropped_while_another_renews_is_not_renewed(
@@ -401,6 +421,7 @@ def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
     class Held:
         lease_deadline = time.monotonic() + 30
         renew_interval = 10.0
+        lane = "server"
 
         def renew(self) -> bool:
             return True

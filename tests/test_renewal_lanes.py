@@ -1,0 +1,194 @@
+"""The watchdog's lanes: a server that hangs delays only the renewals of the
+leases held on it, and a renewal that never comes back is reported at the
+lease end, with or without a socket timeout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.conf import settings
+from django.test import override_settings
+
+from django_redislock import Lock, LockLostError, Semaphore
+from django_redislock import signals as lock_signals
+from django_redislock import watchdog as watchdog_module
+from tests.renewals import RENEWAL_THREAD
+from tests.settings import redis_cache
+from tests.test_hangs import Pausable
+from tests.test_watchdog import _Renewable
+from tests.threads import refuse_threads
+
+
+@pytest.fixture
+def dog(monkeypatch: pytest.MonkeyPatch) -> Iterator[watchdog_module.Watchdog]:
+    """A watchdog of the test's own, whose threads are gone after the test
+    (tests elsewhere count the process's watchdog threads)."""
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    dog = watchdog_module.Watchdog()
+    yield dog
+    with dog._cond:  # a scheduler waiting for a lease due later looks again now
+        dog._cond.notify_all()
+    if dog._thread is not None:
+        dog._thread.join(10)
+    assert wait_for(lambda: not dog._lanes and dog._thread is None)
+
+
+def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)  # the subject is threads leaving after IDLE_EXIT
+    return True
+
+
+def lane_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == RENEWAL_THREAD]
+
+
+def test_a_renewal_stuck_on_one_server_delays_no_lease_held_elsewhere(
+    dog: watchdog_module.Watchdog,
+) -> None:
+    """One thread renewing in turn waited on the stuck call (up to the socket
+    timeout) before it renewed anything else."""
+    gate = threading.Event()  # never set while the test looks: the server hangs
+    stuck = _Renewable(gate, lane="hung", hold=30)
+    elsewhere = _Renewable(lane="healthy", enough=3)
+    dog.watch(stuck)
+    assert stuck.renewing.wait(5)
+    dog.watch(elsewhere)
+    try:
+        assert elsewhere.renewed.wait(5), "the other server's lease waited on the hung one"
+        assert stuck.renewals == 1 and not stuck.lost
+    finally:
+        gate.set()
+        dog.unwatch(stuck)
+        dog.unwatch(elsewhere)
+
+
+def test_renewals_on_one_server_still_go_one_at_a_time(dog: watchdog_module.Watchdog) -> None:
+    """A lane is one connection's worth of renewals, as the single thread was:
+    a second lease on the same server waits for the first one's renewal."""
+    gate = threading.Event()
+    first = _Renewable(gate, lane="same", hold=30)
+    second = _Renewable(lane="same")
+    dog.watch(first)
+    assert first.renewing.wait(5)
+    dog.watch(second)
+    try:
+        assert not second.renewing.wait(0.3)  # the subject is a wait that does not end
+        gate.set()
+        assert second.renewing.wait(5)
+    finally:
+        gate.set()
+        dog.unwatch(first)
+        dog.unwatch(second)
+
+
+def test_a_renewal_that_never_returns_is_reported_at_the_lease_end(
+    dog: watchdog_module.Watchdog,
+) -> None:
+    """No socket timeout, a server that hangs: the renewal never fails, so
+    only its lease end can tell the holder, from outside its stuck lane."""
+    gate = threading.Event()
+    stuck = _Renewable(gate, lane="hung", lease=0.6, hold=30)
+    watched = time.monotonic()
+    dog.watch(stuck)
+    try:
+        assert stuck.told.wait(10), "a renewal stuck past the lease end was never reported"
+        told_at, reason = stuck.lost[0]
+        assert stuck.lease_deadline <= told_at < watched + 0.6 + 2.0
+        assert reason == "no answer to the renewal before the lease ended"
+        assert dog.watching() == 0  # never renewed again
+        assert stuck.renewals == 1
+    finally:
+        gate.set()
+
+
+def test_a_lane_that_cannot_start_renews_from_the_scheduler(
+    dog: watchdog_module.Watchdog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    renewable = _Renewable(enough=2)
+    dog.ensure_running()  # the scheduler starts; no thread after it can
+    refused = refuse_threads(monkeypatch, watchdog_module)
+    dog.watch(renewable)
+    try:
+        assert renewable.renewed.wait(5)
+        assert refused and all(t.name == RENEWAL_THREAD for t in refused)
+        assert not renewable.lost
+    finally:
+        dog.unwatch(renewable)
+
+
+def test_lanes_leave_once_idle(dog: watchdog_module.Watchdog) -> None:
+    before = len(lane_threads())
+    renewables = [_Renewable(lane=f"server-{i}") for i in range(3)]
+    for renewable in renewables:
+        dog.watch(renewable)
+    for renewable in renewables:
+        assert renewable.renewed.wait(5)
+        dog.unwatch(renewable)
+    assert wait_for(lambda: not dog._lanes)
+    assert len(lane_threads()) <= before
+
+
+# against real servers, one of them frozen ------------------------------------------
+
+
+@pytest.fixture
+def hung_alias(redis_server_factory: Any) -> Iterator[Pausable]:
+    """Alias ``hung``: a private server with no socket timeout, to freeze."""
+    server = Pausable(redis_server_factory())
+    caches = {
+        **settings.CACHES,
+        "hung": redis_cache(server.server.url, SOCKET_TIMEOUT=None, SOCKET_CONNECT_TIMEOUT=None),
+    }
+    try:
+        with override_settings(CACHES=caches):
+            yield server
+    finally:
+        server.resume()
+        server.client.close()
+
+
+@pytest.mark.usefixtures("real_redis")
+@pytest.mark.parametrize("make", [Lock, lambda name, **kw: Semaphore(name, 2, **kw)],
+                         ids=["Lock", "Semaphore"])  # fmt: skip
+def test_a_frozen_server_takes_only_its_own_leases(hung_alias: Pausable, make: Any) -> None:
+    """The leases on the healthy server outlive the frozen one's by far, and
+    the frozen one's holder is told at its lease end, with no socket timeout
+    to end the stuck renewal."""
+    lost: list[tuple[str, float]] = []
+    told = threading.Event()
+
+    def on_lost(name: str, **kwargs: Any) -> None:
+        lost.append((name, time.monotonic()))
+        told.set()
+
+    healthy = make("lanes:healthy", timeout=0.9)
+    frozen = make("lanes:frozen", timeout=1.5, using="hung")
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        assert healthy.acquire() and frozen.acquire()
+        acquired = time.monotonic()
+        hung_alias.pause()
+        assert told.wait(10), "the frozen server's holder was never told"
+        assert [name for name, _ in lost] == ["lanes:frozen"]
+        assert lost[0][1] < acquired + 1.5 + 2.0
+        # four of the healthy lease's lifetimes so far; it is renewed, not lost
+        deadline = acquired + 3.6
+        while time.monotonic() < deadline:
+            time.sleep(0.1)  # the subject is leases that must outlast this wait
+            assert healthy.owned()
+        assert [name for name, _ in lost] == ["lanes:frozen"]
+        healthy.release()
+        hung_alias.resume()
+        with pytest.raises(LockLostError):
+            frozen.release()
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+        hung_alias.resume()
