@@ -29,6 +29,10 @@ INSTALLED_APPS = [
     "tests",
 ]
 
+#: Django 6.0+'s tasks (tests/django_tasks.py), run where they are enqueued;
+#: older Django ignores the setting.
+TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
