@@ -1,4 +1,4 @@
-"""A Lock's per-name usage counters, ``acquired``, ``waited`` and ``wait_ms``, batched per process.
+"""A Lock's per-name counters, ``acquired``, ``waited``, ``wait_ms`` and ``lost``, batched.
 
 The counters hash (``<prefix>:{<name>}:stats``, see ``scripts/_stats.lua``)
 used to be incremented by the acquire script itself. That ``HINCRBY`` was a
@@ -16,9 +16,11 @@ handlers (``SIGKILL``, an unhandled ``SIGTERM``, ``os._exit``) loses its last
 second of them. A write is bounded (``WRITE_TIMEOUT``): a hung Redis delays
 neither a reader nor the process's exit for longer.
 
-The rarer counters stay where they are: ``contended`` is counted by the
-acquire script on a call's first refusal (a contended acquire is not the
-cheap path), and ``lost`` by the holding that finds its lease gone.
+``contended`` stays where it is: the acquire script counts it on a call's
+first refusal (a contended acquire is not the cheap path). ``lost`` is
+rare, but it is tallied too: it is counted when a lease is reported lost,
+often because its server hangs, and a round trip there would hold up the
+reports of the other leases waiting behind it.
 
 The thread is started by the first count and exits once a flush finds
 nothing new, like the watchdog's; after ``fork()`` the child starts with an
@@ -47,7 +49,7 @@ WRITE_TIMEOUT = 2.0
 
 class Tally(BackgroundWriter):
     """Counts not yet written:
-    ``(id(client), stats key) -> [client, ttl, acquired, wait_ms, waited]``."""
+    ``(id(client), stats key) -> [client, ttl, acquired, wait_ms, waited, lost]``."""
 
     thread_name = "django-redislock-counters"
 
@@ -63,14 +65,24 @@ class Tally(BackgroundWriter):
         waits = 1 if waited > 0 else 0
         waited_ms = round(waited * 1000) if waits else 0
         self._forked()
-        with self._lock:
+        with self._lock:  # on every acquire: inline, not through lost()'s general path
             entry = self._pending.get((id(client), stats_key))
             if entry is None:
-                self._pending[(id(client), stats_key)] = [client, ttl_ms, 1, waited_ms, waits]
+                self._pending[(id(client), stats_key)] = [client, ttl_ms, 1, waited_ms, waits, 0]
             else:
                 entry[2] += 1
                 entry[3] += waited_ms
                 entry[4] += waits
+            if self._thread is None and self.background:
+                self._start()
+
+    def lost(self, client: Any, stats_key: str | bytes, ttl_ms: int) -> None:
+        """Count one lease of the name reported lost."""
+        key = stats_key.encode() if isinstance(stats_key, str) else stats_key
+        self._forked()
+        with self._lock:
+            entry = self._pending.setdefault((id(client), key), [client, ttl_ms, 0, 0, 0, 0])
+            entry[5] += 1
             if self._thread is None and self.background:
                 self._start()
 
@@ -125,8 +137,11 @@ def _write(client: Any, entries: list[list[Any]]) -> None:
 
     def write(target: Any) -> None:
         pipe = target.pipeline(transaction=False)
-        for key, _, ttl_ms, acquired, wait_ms, waited in entries:
-            pipe.hincrby(key, "acquired", acquired)
+        for key, _, ttl_ms, acquired, wait_ms, waited, lost in entries:
+            if acquired:
+                pipe.hincrby(key, "acquired", acquired)
+            if lost:
+                pipe.hincrby(key, "lost", lost)
             if waited:
                 pipe.hincrby(key, "waited", waited)
             if wait_ms:
@@ -144,6 +159,8 @@ atexit.register(TALLY.flush)
 
 #: Count one acquire (``Tally.acquired``).
 acquired = TALLY.acquired
+#: Count one lease reported lost (``Tally.lost``).
+lost = TALLY.lost
 #: Write this process's pending counts now (before reading counters).
 flush = TALLY.flush
 #: This process's counts of a name not written yet (``Tally.pending``).

@@ -10,8 +10,10 @@ A server that does not answer within the reply timeout counts as a
 ``redis.TimeoutError`` for that call; its worker stays with it (at most the
 connection's socket timeout, after which redis-py drops the connection, so a
 late reply is never read as the answer to a later command) while other workers
-serve the next calls. A call whose caller has given up before a worker took it
-is skipped, so a stalled server does not receive a backlog of stale attempts.
+serve the next calls. A call that no worker took before its caller gave up,
+or before its reply deadline (a caller that returned with enough answers, see
+``Servers.run``), is skipped, so a stalled server does not receive a backlog
+of stale attempts.
 
 Each server has a pool of its own: at most ``WORKERS_PER_SERVER`` daemon
 threads and its own queue, so calls stuck on a hung server hold only that
@@ -166,8 +168,8 @@ class _Pool:
 
     @staticmethod
     def _do(job: _Job) -> None:
-        batch, index, client, script, keys, args, _ = job
-        if batch.abandoned:
+        batch, index, client, script, keys, args, deadline = job
+        if batch.abandoned or (deadline is not None and time.monotonic() > deadline):
             result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
         else:
             try:
@@ -217,8 +219,9 @@ class Servers:
 
         With ``enough``, it returns as soon as that many servers answered 1
         (a renewal that has its majority), with ``None`` for the servers that
-        had not answered yet: their calls are still sent, and a server that
-        hangs costs nothing more than one that answers at once.
+        had not answered yet: their calls are still sent (until their reply
+        deadline), and a server that hangs costs nothing more than one that
+        answers at once.
         """
         indices = range(len(self.clients)) if only is None else tuple(only)
         batch = _Batch(len(self.clients), len(indices), enough)

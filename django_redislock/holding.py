@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import backend, context, signals
+from . import backend, context, counters, signals
 from .watchdog import watchdog
 
 if TYPE_CHECKING:
@@ -150,8 +150,19 @@ class Holding:
     @property
     def lane(self) -> Hashable:
         """The watchdog renews the leases held through one connection pool one
-        at a time, beside those held elsewhere (see ``watchdog``)."""
-        return id(getattr(self.client, "connection_pool", self.client))
+        at a time, beside those held elsewhere (see ``watchdog``): a client's
+        pool, or on Redis Cluster the node that serves the lease's slot."""
+        client = self.client
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None:
+            return id(pool)
+        node_of = getattr(client, "get_node_from_key", None)  # RedisCluster
+        if node_of is not None:
+            try:
+                return (id(client), node_of(self.renew_keys[0]).name)
+            except Exception:  # no slot map at hand: the cluster's one lane
+                logger.debug("No node for %r's lane", self.name, exc_info=True)
+        return id(client)
 
     def renew_call(self, lease: float) -> tuple[Sequence[str | bytes], list[Any]]:
         """KEYS and ARGV of the extend script making ``lease`` the lease from now on."""
@@ -240,9 +251,12 @@ class Holding:
             watchdog.reschedule(self)
 
     def mark_lost(self, reason: str) -> None:
-        if not self.active or self.lost is not None:
-            return
-        self.lost = reason
+        """Report the loss, once: a renewal's lane and the watchdog's report
+        of it overdue can find it at the same moment."""
+        with self.lease_lock:
+            if not self.active or self.lost is not None:
+                return
+            self.lost = reason
         logger.warning(
             "Lost the lease of %s %r held by %s for %.3f s: %s",
             self.kind,
@@ -251,6 +265,7 @@ class Holding:
             time.monotonic() - self.acquired_at,
             reason,
         )
+        self._count_lost()
         signals.notify(
             signals.lock_lost,
             sender=self.sender,
@@ -259,22 +274,13 @@ class Holding:
             held=time.monotonic() - self.acquired_at,
             reason=reason,
         )
-        # After the report: on a server that hangs, counting waits for it.
-        self._count_lost()
 
     def _count_lost(self) -> None:
-        """Best effort, one round trip: a lost lease is rare and already a failure."""
-        if self.stats_key is None:
-            return
-        try:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hincrby(self.stats_key, "lost", 1)
-            pipe.pexpire(self.stats_key, self.stats_ttl_ms)
-            pipe.execute()
-        except backend.BACKEND_ERRORS as exc:
-            # Often Redis being unreachable is why the lease was lost; the loss
-            # itself is reported through lock_lost and LockLostError.
-            logger.debug("Could not count the lost lease of %r: %s", self.name, exc)
+        """Tallied and written in the background (``counters``): often the
+        lease was lost because its server hangs, and the reports of the other
+        leases held there must not wait on a round trip to it."""
+        if self.stats_key is not None:
+            counters.lost(self.client, self.stats_key, self.stats_ttl_ms)
 
     def end(self) -> None:
         """Stop renewing; the holding is over, however it ended."""

@@ -279,20 +279,36 @@ class Watchdog:
     def _serve(self, lane: Hashable, queue: _Lane) -> None:
         """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``."""
         job: _Job | None = None
-        while True:
-            with self._lock:
-                if not queue.jobs:
-                    queue.ready.wait(IDLE_EXIT)
+        try:
+            while True:
+                with self._lock:
                     if not queue.jobs:
-                        if self._lanes.get(lane) is queue:
-                            del self._lanes[lane]
-                        return
-                job = queue.jobs.popleft()
-            try:
-                job()
-            except Exception:  # a lane must survive anything, as the scheduler does
-                logger.exception("Lease renewal crashed")
-            job = None  # this frame idles next: it must not keep the job alive
+                        queue.ready.wait(IDLE_EXIT)
+                        if not queue.jobs:
+                            return
+                    job = queue.jobs.popleft()
+                try:
+                    job()
+                except Exception:  # a lane must survive anything, as the scheduler does
+                    logger.exception("Lease renewal crashed")
+                except BaseException as exc:  # SystemExit from a lock_lost receiver
+                    logger.warning("A lease renewal thread stopped: %r", exc)
+                    return  # what it does to a thread; the jobs left go to a new one
+                job = None  # this frame idles next: it must not keep the job alive
+        finally:
+            self._leave(lane, queue)
+
+    def _leave(self, lane: Hashable, queue: _Lane) -> None:
+        """A lane's thread ends (idle, or killed by ``SystemExit`` from a
+        ``lock_lost`` receiver): the next job starts a new one, and jobs left
+        in its queue go there."""
+        with self._lock:
+            if self._lanes.get(lane) is queue:
+                del self._lanes[lane]
+            left = list(queue.jobs)
+            queue.jobs.clear()
+        for job in left:
+            self._dispatch(lane, job)
 
     def _overdue(self, ref: weakref.ref[Renewable]) -> None:
         holding = ref()

@@ -201,3 +201,24 @@ def test_a_call_short_of_enough_waits_for_every_server_as_before() -> None:
         assert results[:2] == [1, 0] and isinstance(results[2], redis.TimeoutError)
     finally:
         script.release.set()
+
+
+def test_a_call_queued_past_its_deadline_is_skipped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A caller with enough answers does not abandon its other calls: they are
+    still sent, but only until their reply deadline. A call to a hung server
+    that waited longer in its queue was sent once the server came back, an
+    extend arriving there after the lock's release."""
+    monkeypatch.setattr(fanout, "WORKERS_PER_SERVER", 1)
+    script = Extend(stalled="b")
+    servers = fanout.Servers(["a", "b", "c"])
+    try:
+        assert servers.run(script, [], [], timeout=0.3, enough=2) == [1, None, 1]
+        wait_until(lambda: "b" in script.sent, "the first call to reach the hung server")
+        # b's one worker is stuck: this call waits in b's queue past its deadline
+        assert servers.run(script, [], [], timeout=0.3, enough=2) == [1, None, 1]
+        time.sleep(0.5)  # the subject is the queued call's deadline passing
+    finally:
+        script.release.set()
+    wait_until(lambda: servers.run(Echo(), [], [], timeout=5.0, only=[1])[1] == ("b",),
+               "b's worker to come back")  # fmt: skip
+    assert script.sent.count("b") == 1

@@ -4,6 +4,7 @@ lease end, with or without a socket timeout."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,9 +17,12 @@ from django.test import override_settings
 from django_redislock import Lock, LockLostError, Semaphore
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
+from tests.cluster import RedisClusterNodes, cluster_cache
 from tests.renewals import RENEWAL_THREAD
 from tests.settings import redis_cache
+from tests.test_cluster import lock_key, primary_for
 from tests.test_hangs import Pausable
+from tests.test_stats import counters_of
 from tests.test_watchdog import _Renewable
 from tests.threads import refuse_threads
 
@@ -136,6 +140,34 @@ def test_lanes_leave_once_idle(dog: watchdog_module.Watchdog) -> None:
     assert len(lane_threads()) <= before
 
 
+def test_a_lane_killed_by_a_receiver_is_replaced(dog: watchdog_module.Watchdog) -> None:
+    """``SystemExit`` from a ``lock_lost`` receiver ends a lane's thread; the
+    lane stayed registered, and every later renewal on its server waited in a
+    queue nobody served."""
+
+    class GoneAndExits(_Renewable):
+        def renew(self) -> bool:
+            super().renew()
+            return False  # the lease was gone
+
+        def mark_lost(self, reason: str) -> None:
+            super().mark_lost(reason)
+            raise SystemExit  # as sys.exit() in a lock_lost receiver would
+
+    gate = threading.Event()
+    gone = GoneAndExits(gate, hold=30)
+    behind = _Renewable(lane=gone.lane, enough=2)  # waits in the lane behind it
+    dog.watch(gone)
+    assert gone.renewing.wait(5)
+    dog.watch(behind)
+    try:
+        gate.set()
+        assert gone.told.wait(5)
+        assert behind.renewed.wait(5), "no renewal after the lane's thread exited"
+    finally:
+        dog.unwatch(behind)
+
+
 # against real servers, one of them frozen ------------------------------------------
 
 
@@ -193,3 +225,100 @@ def test_a_frozen_server_takes_only_its_own_leases(hung_alias: Pausable, make: A
     finally:
         lock_signals.lock_lost.disconnect(on_lost)
         hung_alias.resume()
+
+
+@pytest.mark.faults
+@pytest.mark.usefixtures("real_redis")
+@pytest.mark.parametrize("socket_timeout", [None, 0.5], ids=["no-socket-timeout", "0.5s"])
+def test_every_frozen_hold_on_one_server_is_told_at_its_lease_end(
+    redis_server_factory: Any, socket_timeout: float | None
+) -> None:
+    """Their reports go one after another: the first one's count of the loss,
+    a round trip to the frozen server, held up the others (for good without a
+    socket timeout, 0.5 s each with one)."""
+    server = Pausable(redis_server_factory())
+    options = {"SOCKET_TIMEOUT": socket_timeout, "SOCKET_CONNECT_TIMEOUT": socket_timeout}
+    caches = {**settings.CACHES, "hung": redis_cache(server.server.url, **options)}
+    told: dict[str, float] = {}
+    every = threading.Event()
+    locks = [Lock(f"lanes:frozen:{i}", timeout=1.2, using="hung") for i in range(4)]
+
+    def on_lost(name: str, **kwargs: Any) -> None:
+        told[name] = time.monotonic()
+        if len(told) == len(locks):
+            every.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        with override_settings(CACHES=caches):
+            for lock in locks:
+                assert lock.acquire()
+            acquired = time.monotonic()
+            server.pause()
+            assert every.wait(10), f"told only {sorted(told)}"
+            late = max(told.values()) - (acquired + 1.2)
+            assert late < 1.0, f"the last one was told {late:.2f} s after its lease end"
+            server.resume()
+            for lock in locks:
+                with pytest.raises(LockLostError):
+                    lock.release()
+            assert counters_of(server.client, "lanes:frozen:0")["lost"] == 1
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+        server.resume()
+        server.client.close()
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[RedisClusterNodes]:
+    """A cluster of the test's own (no socket timeout), to freeze a node of."""
+    nodes = RedisClusterNodes().start()
+    try:
+        with override_settings(CACHES={**settings.CACHES, "cl": cluster_cache(nodes.urls)}):
+            yield nodes
+    finally:
+        nodes.stop()
+
+
+def name_on(cluster: RedisClusterNodes, node: int, prefix: str) -> str:
+    """A lock name whose slot ``node`` serves."""
+    names = (f"{prefix}:{i}" for i in range(1000))
+    return next(name for name in names if primary_for(cluster, lock_key(name)) == node)
+
+
+@pytest.mark.scaleout
+def test_a_frozen_cluster_node_takes_only_its_own_leases(own_cluster: RedisClusterNodes) -> None:
+    """A cluster client has no one connection pool: each node is a lane of
+    its own (all the nodes shared one, so one frozen node cost every lease)."""
+    lost: list[str] = []
+    told = threading.Event()
+
+    def on_lost(name: str, **kwargs: Any) -> None:
+        lost.append(name)
+        told.set()
+
+    frozen_name = name_on(own_cluster, 0, "cl-frozen")
+    healthy_name = name_on(own_cluster, 1, "cl-healthy")
+    healthy = Lock(healthy_name, timeout=0.6, using="cl")
+    frozen = Lock(frozen_name, timeout=1.0, using="cl")
+    node = own_cluster.servers[0].process
+    assert node is not None
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        assert healthy.acquire() and frozen.acquire()
+        healthy.extend()  # the extend script is loaded on every node before the freeze
+        acquired = time.monotonic()
+        node.send_signal(signal.SIGSTOP)
+        try:
+            assert told.wait(10)
+            while time.monotonic() < acquired + 2.4:
+                time.sleep(0.1)  # the subject is leases that must outlast this wait
+                assert healthy.owned()
+        finally:
+            node.send_signal(signal.SIGCONT)
+        assert lost == [frozen_name]
+        healthy.release()
+        with pytest.raises(LockLostError):
+            frozen.release()
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
