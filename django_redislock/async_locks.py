@@ -5,7 +5,7 @@ name in the holding task re-enters; a task never inherits its parent's holds.
 Round trips go through an asyncio mirror of the cache's connection pool, so
 a waiting coroutine blocks no thread; topologies with no asyncio mirror
 (Sentinel, Cluster) run the same calls in a worker thread. Leases are renewed
-by the process's one watchdog thread, as for ``Lock``.
+by the process's watchdog, as for ``Lock``.
 """
 
 from __future__ import annotations

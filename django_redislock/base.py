@@ -225,7 +225,9 @@ class Primitive(signals.Announcer, Options):
         watchdog's renewals too. Below 1 ms is a ``ValueError``, before Redis.
         A hold already reported lost (``lock_lost``) stays lost: the watchdog
         has let it go, so an extend that found some lease left would leave it
-        to run out unrenewed while its holder believed it extended."""
+        to run out unrenewed while its holder believed it extended. That holds
+        for a loss reported while the extend was on its way too (a renewal
+        unanswered past the lease end)."""
         lease = check_lease(seconds, "seconds")
         if holding is None:
             raise self._not_owned()
@@ -238,6 +240,7 @@ class Primitive(signals.Announcer, Options):
                 extended()
         if not ours:
             holding.mark_lost("the lease was gone when the holder extended it")
+        if not ours or holding.lost is not None:
             raise self._lost(holding)
 
     # errors, worded the same for every primitive

@@ -305,7 +305,7 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
     """The asyncio API of a permit primitive; a holder is the object in one task.
 
     Round trips go through ``AsyncLock``'s connection mirror, so a waiting
-    coroutine blocks no thread; the watchdog thread renews the permits.
+    coroutine blocks no thread; the watchdog renews the permits.
     """
 
     def __init__(self, name: str, **options: Any) -> None:

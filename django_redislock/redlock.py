@@ -309,7 +309,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
             if ours := holding.extend_all(lease):
                 extended()
         if ours:
-            return True
+            return holding.lost is None  # reported lost while the extend was on its way
         holding.mark_lost(f"a majority no longer held it when the holder {action}")
         return False
 

@@ -11,7 +11,7 @@ behind it. Timeline::
     W releases -> wakes R3 and the readers queued with it
 
 Each hold is a permit with its own token, lease and fencing token, renewed by
-the one watchdog thread. Acquire and release are each one ``EVALSHA``.
+the watchdog. Acquire and release are each one ``EVALSHA``.
 """
 
 from __future__ import annotations

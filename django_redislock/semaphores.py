@@ -10,7 +10,7 @@ inside the script, so a web node whose clock runs minutes ahead or behind can
 neither steal a permit nor make one outlive its lease.
 
 Each permit is its own holding with its own token, lease and fencing token;
-the one watchdog thread renews them all. A thread that acquires twice holds
+the watchdog renews them all. A thread that acquires twice holds
 two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 """
 

@@ -6,9 +6,10 @@ and timings in seconds:
 
 - ``lock_acquired``: ``waited``, ``fencing_token``
 - ``lock_released``: ``held``
-- ``lock_lost``: ``held``, ``reason`` — sent from the watchdog thread when a
-  renewal finds the lease gone, or from the holder's thread when its release
-  does. Receivers must be quick and thread-safe.
+- ``lock_lost``: ``held``, ``reason`` — sent from one of the watchdog's
+  threads when a renewal finds the lease gone or goes unanswered past the
+  lease end, or from the holder's thread when its release or extend finds it
+  gone. Receivers must be quick and thread-safe.
 - ``lock_contended``: ``waited`` — a waiter gave up.
 
 Receivers' exceptions are logged (logger ``django_redislock.signals``) and
@@ -66,7 +67,7 @@ def notify(signal: Signal, sender: type, **kwargs: Any) -> None:
     A lock's state must not depend on its receivers: a failing
     ``lock_acquired`` receiver would otherwise leave a lock held that its
     ``with`` block never entered, and a failing ``lock_lost`` receiver would
-    kill the watchdog thread that renews every lease of the process.
+    kill the watchdog's thread that renews the leases held on that server.
     """
     for tapped in _TAPS.get(signal, ()):
         try:

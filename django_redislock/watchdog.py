@@ -274,7 +274,10 @@ class Watchdog:
                 queue.jobs.append(job)
                 queue.ready.notify()
                 return
-        job()
+        try:
+            job()
+        except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
+            logger.warning("A lease renewal stopped: %r", exc)
 
     def _serve(self, lane: Hashable, queue: _Lane) -> None:
         """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``."""

@@ -322,3 +322,81 @@ def test_a_frozen_cluster_node_takes_only_its_own_leases(own_cluster: RedisClust
             frozen.release()
     finally:
         lock_signals.lock_lost.disconnect(on_lost)
+
+
+def test_systemexit_in_the_scheduler_itself_leaves_it_running(
+    dog: watchdog_module.Watchdog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No lane can start, so the scheduler runs the jobs: ``SystemExit`` from
+    a ``lock_lost`` receiver there killed it while it stayed registered, and
+    nothing in the process was renewed or reported again."""
+
+    class GoneAndExits(_Renewable):
+        def renew(self) -> bool:
+            super().renew()
+            return False  # the lease was gone
+
+        def mark_lost(self, reason: str) -> None:
+            super().mark_lost(reason)
+            raise SystemExit  # as sys.exit() in a lock_lost receiver would
+
+    dog.ensure_running()  # the scheduler starts; no lane can
+    refuse_threads(monkeypatch, watchdog_module)
+    gone = GoneAndExits()
+    dog.watch(gone)
+    assert gone.told.wait(5)
+    later = _Renewable()
+    dog.watch(later)
+    try:
+        assert later.renewed.wait(5), "nothing renews any more"
+    finally:
+        dog.unwatch(later)
+
+
+@pytest.mark.usefixtures("real_redis")
+def test_an_extend_answered_after_the_loss_was_reported_raises(
+    monkeypatch: pytest.MonkeyPatch, redis_client: Any
+) -> None:
+    """The renewal reached Redis, its reply never came back, and the holder's
+    ``extend()``, on its way on another connection, outlasted the lease: the
+    loss was reported first, so the extend must not return as a success (the
+    watchdog has let the hold go: its new lease would run out unrenewed)."""
+    from django_redislock.holding import Holding
+
+    name = "lanes:extend-after-loss"
+    in_flight, told, reply = threading.Event(), threading.Event(), threading.Event()
+    send_lease, begin_extend = Holding.send_lease, Holding.begin_extend
+
+    def reply_never_comes(self: Holding, lease: float) -> bool:
+        ours = send_lease(self, lease)  # Redis renewed the lease, but the reply is stuck
+        if threading.current_thread().name == RENEWAL_THREAD and self.name == name:
+            in_flight.set()
+            reply.wait(10)
+        return ours
+
+    def slow_extend(self: Holding, lease: float, started: float) -> bool:
+        overlapped = begin_extend(self, lease, started)
+        if self.name == name:
+            told.wait(5)  # the extend's round trip outlasts the holder's lease
+        return overlapped
+
+    monkeypatch.setattr(Holding, "send_lease", reply_never_comes)
+    monkeypatch.setattr(Holding, "begin_extend", slow_extend)
+
+    def on_lost(name: str, **kwargs: Any) -> None:
+        if name == "lanes:extend-after-loss":
+            told.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    lock = Lock(name, timeout=1.0)
+    try:
+        assert lock.acquire()
+        assert in_flight.wait(5)
+        with pytest.raises(LockLostError, match="no answer to the renewal"):
+            lock.extend(5.0)
+        assert told.is_set()
+    finally:
+        reply.set()
+        lock_signals.lock_lost.disconnect(on_lost)
+        with pytest.raises(LockLostError):
+            lock.release()
