@@ -65,7 +65,7 @@ class Tally(BackgroundWriter):
         waits = 1 if waited > 0 else 0
         waited_ms = round(waited * 1000) if waits else 0
         self._forked()
-        with self._lock:  # on every acquire: inline, not through lost()'s general path
+        with self._lock:
             entry = self._pending.get((id(client), stats_key))
             if entry is None:
                 self._pending[(id(client), stats_key)] = [client, ttl_ms, 1, waited_ms, waits, 0]
@@ -76,12 +76,11 @@ class Tally(BackgroundWriter):
             if self._thread is None and self.background:
                 self._start()
 
-    def lost(self, client: Any, stats_key: str | bytes, ttl_ms: int) -> None:
+    def lost(self, client: Any, stats_key: bytes, ttl_ms: int) -> None:
         """Count one lease of the name reported lost."""
-        key = stats_key.encode() if isinstance(stats_key, str) else stats_key
         self._forked()
         with self._lock:
-            entry = self._pending.setdefault((id(client), key), [client, ttl_ms, 0, 0, 0, 0])
+            entry = self._pending.setdefault((id(client), stats_key), [client, ttl_ms, 0, 0, 0, 0])
             entry[5] += 1
             if self._thread is None and self.background:
                 self._start()

@@ -105,7 +105,7 @@ class Holding:
         renew_keys: Sequence[str | bytes],
         keys: Sequence[str | bytes],
         sigprefix: str | bytes = "",
-        stats_key: str | bytes | None = None,
+        stats_key: bytes | None = None,
         stats_ttl_ms: int = 0,
     ) -> None:
         self.sender = sender

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,14 +17,14 @@ from django.test import override_settings
 from django_redislock import Lock, LockLostError, Semaphore
 from django_redislock import signals as lock_signals
 from django_redislock import watchdog as watchdog_module
-from tests.cluster import RedisClusterNodes, cluster_cache
+from tests.cluster import RedisClusterNodes, cluster_cache, wait_until
 from tests.renewals import RENEWAL_THREAD
 from tests.settings import redis_cache
 from tests.test_cluster import lock_key, primary_for
 from tests.test_hangs import Pausable
 from tests.test_stats import counters_of
 from tests.test_watchdog import _Renewable
-from tests.threads import refuse_threads
+from tests.threads import refuse_threads, wait_idle
 
 
 @pytest.fixture
@@ -34,20 +34,21 @@ def dog(monkeypatch: pytest.MonkeyPatch) -> Iterator[watchdog_module.Watchdog]:
     monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
     dog = watchdog_module.Watchdog()
     yield dog
-    with dog._cond:  # a scheduler waiting for a lease due later looks again now
-        dog._cond.notify_all()
-    if dog._thread is not None:
-        dog._thread.join(10)
-    assert wait_for(lambda: not dog._lanes and dog._thread is None)
+    wait_idle(dog)
+    wait_until(lambda: not dog._lanes and dog._thread is None, "the watchdog's threads to exit")
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)  # the subject is threads leaving after IDLE_EXIT
-    return True
+class GoneAndExits(_Renewable):
+    """A hold whose renewal finds the lease gone, reported to a ``lock_lost``
+    receiver that calls ``sys.exit()``."""
+
+    def renew(self) -> bool:
+        super().renew()
+        return False
+
+    def mark_lost(self, reason: str) -> None:
+        super().mark_lost(reason)
+        raise SystemExit
 
 
 def lane_threads() -> list[threading.Thread]:
@@ -136,7 +137,7 @@ def test_lanes_leave_once_idle(dog: watchdog_module.Watchdog) -> None:
     for renewable in renewables:
         assert renewable.renewed.wait(5)
         dog.unwatch(renewable)
-    assert wait_for(lambda: not dog._lanes)
+    wait_until(lambda: not dog._lanes, "the idle lanes to exit")
     assert len(lane_threads()) <= before
 
 
@@ -144,15 +145,6 @@ def test_a_lane_killed_by_a_receiver_is_replaced(dog: watchdog_module.Watchdog) 
     """``SystemExit`` from a ``lock_lost`` receiver ends a lane's thread; the
     lane stayed registered, and every later renewal on its server waited in a
     queue nobody served."""
-
-    class GoneAndExits(_Renewable):
-        def renew(self) -> bool:
-            super().renew()
-            return False  # the lease was gone
-
-        def mark_lost(self, reason: str) -> None:
-            super().mark_lost(reason)
-            raise SystemExit  # as sys.exit() in a lock_lost receiver would
 
     gate = threading.Event()
     gone = GoneAndExits(gate, hold=30)
@@ -330,15 +322,6 @@ def test_systemexit_in_the_scheduler_itself_leaves_it_running(
     """No lane can start, so the scheduler runs the jobs: ``SystemExit`` from
     a ``lock_lost`` receiver there killed it while it stayed registered, and
     nothing in the process was renewed or reported again."""
-
-    class GoneAndExits(_Renewable):
-        def renew(self) -> bool:
-            super().renew()
-            return False  # the lease was gone
-
-        def mark_lost(self, reason: str) -> None:
-            super().mark_lost(reason)
-            raise SystemExit  # as sys.exit() in a lock_lost receiver would
 
     dog.ensure_running()  # the scheduler starts; no lane can
     refuse_threads(monkeypatch, watchdog_module)

@@ -27,7 +27,7 @@ from tests.renewals import THREAD_NAME, hold_back_renewals
 from tests.servers import RedisServer
 from tests.settings import redis_cache
 from tests.signals_helper import capture
-from tests.threads import no_watchdog_thread
+from tests.threads import no_watchdog_thread, wait_idle
 
 
 def watchdog_threads() -> list[threading.Thread]:
@@ -70,11 +70,7 @@ def test_thread_exits_after_idle_and_restarts_on_demand(monkeypatch: pytest.Monk
 
 def test_no_thread_without_auto_renew(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
-    with watchdog._cond:  # a thread waiting for a renewal due later looks again now
-        watchdog._cond.notify_all()
-    thread = watchdog._thread
-    if thread is not None:
-        thread.join(10)
+    wait_idle()
     with Lock("manual", timeout=5, auto_renew=False):
         assert watchdog_threads() == []
 

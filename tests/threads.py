@@ -5,8 +5,12 @@ from __future__ import annotations
 import threading
 import types
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from django_redislock.watchdog import Watchdog
 
 
 def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[threading.Thread]:
@@ -32,16 +36,25 @@ def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[
     return refused
 
 
+def wait_idle(dog: Watchdog | None = None) -> None:
+    """Wait for ``dog``'s scheduler thread (the process's watchdog by default)
+    to exit, with ``IDLE_EXIT`` already made short by the caller: one waiting
+    for a renewal due later is woken to read it anew."""
+    from django_redislock.watchdog import watchdog
+
+    dog = watchdog if dog is None else dog
+    with dog._cond:
+        dog._cond.notify_all()
+    thread = dog._thread
+    if thread is not None:
+        thread.join(10)
+
+
 def no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The watchdog's thread gone idle, and none that can start."""
     from django_redislock import watchdog as watchdog_module
-    from django_redislock.watchdog import watchdog
 
     monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.1)
-    with watchdog._cond:  # a thread waiting for a renewal due later looks again now
-        watchdog._cond.notify_all()
-    thread = watchdog._thread
-    if thread is not None:
-        thread.join(10)
-    assert watchdog._thread is None
+    wait_idle()
+    assert watchdog_module.watchdog._thread is None
     refuse_threads(monkeypatch, watchdog_module)
