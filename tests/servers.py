@@ -62,6 +62,18 @@ def free_port() -> int:
     return int(port)
 
 
+def forget_pools(port: int) -> None:
+    """Drop django-redis's pools for a stopped server's port.
+
+    django-redis keeps one pool per ``LOCATION`` per process, whatever the
+    options: a later test whose server is given the same free port would get
+    this one, with the earlier test's pool class and timeouts."""
+    from django_redis.pool import ConnectionFactory
+
+    for url in [u for u in ConnectionFactory._pools if f":{port}/" in u]:
+        ConnectionFactory._pools.pop(url).disconnect()
+
+
 def server_name(client: redis.Redis) -> str:
     """``"valkey-server 8.1.8"`` or ``"redis-server 7.0.15"``: what answers, from
     ``INFO`` (Valkey still reports a ``redis_version`` of 7.2.4, for old clients)."""
@@ -154,6 +166,7 @@ class RedisServer:
         if self.process is not None and self.process.stderr is not None:
             self.process.stderr.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+        forget_pools(self.port)
 
     def __enter__(self) -> RedisServer:
         return self.start()
@@ -190,6 +203,7 @@ class FakeTcpRedis:
         if server is not None:
             server.shutdown()  # type: ignore[attr-defined]
             server.server_close()  # type: ignore[attr-defined]
+        forget_pools(self.port)
 
     def __enter__(self) -> FakeTcpRedis:
         return self.start()

@@ -37,6 +37,27 @@ def test_refused_connection_raises_backend_error_quickly() -> None:
     assert elapsed < 3 * SOCKET_TIMEOUT
 
 
+class PoolOfOurOwn(redis.ConnectionPool):
+    pass
+
+
+def test_a_server_on_a_stopped_servers_port_gets_a_pool_of_its_own_settings(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    """The rig's promise (``tests/servers.py``): django-redis keeps pools by URL
+    alone, so a recycled free port must not hand a test the last test's pool."""
+    first = redis_server_factory()
+    with cache_at(first.url):
+        assert type(backend.get_client("default").connection_pool) is redis.ConnectionPool
+    first.stop()
+    second = RedisServer(port=first.port).start()
+    try:
+        with cache_at(second.url, CONNECTION_POOL_CLASS=f"{__name__}.PoolOfOurOwn"):
+            assert type(backend.get_client("default").connection_pool) is PoolOfOurOwn
+    finally:
+        second.stop()
+
+
 def test_server_that_stops_answering_raises_backend_error_within_socket_timeout(
     redis_server_factory: Callable[..., RedisServer],
 ) -> None:
