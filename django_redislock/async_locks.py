@@ -18,7 +18,7 @@ from typing import Any
 from . import backend, drivers
 from .base import AsyncPrimitive
 from .drivers import AsyncConnection
-from .holders import Registry, current_task, task_registry
+from .holders import Registry, current_task, forget_when_done, task_registry
 from .holding import Holding, current_pid
 from .lock_steps import LockBase
 from .protocol import AcquireResult
@@ -57,6 +57,8 @@ class AsyncLock(LockBase, AsyncPrimitive):
         task = current_task("AsyncLock")
         entered = self._entered_by.get(task)
         if entered is None or (entered and entered[0].pid != current_pid()):
+            if entered is None:
+                forget_when_done("AsyncLock", self._entered_by)
             entered = self._entered_by[task] = []
         return entered
 

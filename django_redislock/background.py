@@ -2,8 +2,8 @@
 (``counters.Tally``) and the per-minute history (``hot.Recorder``).
 
 Each keeps a tally in memory, under a lock, and a daemon thread that writes
-it, started by the first count. Two things are easy to get wrong, and were,
-once per copy:
+it, started by the first count. Three things are easy to get wrong (the
+first two were, once per copy):
 
 - a thread that cannot start (the process's thread, pid or memory limit)
   must not be recorded as started, or nothing is written again and the
@@ -12,7 +12,12 @@ once per copy:
   the parent's thread. ``os.register_at_fork`` resets it where Python's hooks
   run; ``_forked`` catches a child made by C's ``fork()`` without them
   (uWSGI without ``py-call-osafterfork``), before taking a lock a parent's
-  thread may have held.
+  thread may have held;
+- the last write, at exit, cannot be bounded by waiting on a new thread:
+  Python 3.12 refuses new threads once it is shutting down. So the
+  writing thread, already running, makes it (``close``), on the client
+  itself, and the exit waits for it at most ``EXIT_WAIT``: a hung Redis
+  delays the exit that long, and its counts are dropped.
 """
 
 from __future__ import annotations
@@ -22,6 +27,11 @@ import os
 import threading
 
 logger = logging.getLogger(__name__)
+
+#: Seconds between writes.
+FLUSH_SECONDS = 1.0
+#: The longest the process's exit waits for one writer's last write.
+EXIT_WAIT = 2.0
 
 
 class BackgroundWriter:
@@ -35,9 +45,12 @@ class BackgroundWriter:
 
     def reset(self) -> None:
         """No thread, in this process (a subclass forgets its tally too)."""
-        self._pid = os.getpid()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()  # set by ``close``
+        self._closing = False
+        self._closed = threading.Event()
+        self._pid = os.getpid()  # last: another thread may check it meanwhile
 
     def _forked(self) -> bool:
         """Whether this is a child forked without the hooks: then reset."""
@@ -58,4 +71,48 @@ class BackgroundWriter:
         self._thread = thread
 
     def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            self._wake.wait(FLUSH_SECONDS)
+            with self._lock:
+                if self._thread is not me:  # reset() or stopped: another's now
+                    if self._closing and self._thread is None:  # close() raced stop()
+                        self._closed.set()
+                    return
+                closing = self._closing
+                if not closing and self._idle():
+                    self._thread = None
+                    return
+            if closing:
+                try:
+                    self.flush(last=True)
+                finally:
+                    self._closed.set()
+                return
+            self.flush()
+
+    def _idle(self) -> bool:
+        """Nothing new since the last write: the thread may exit (under ``_lock``)."""
+        return False
+
+    def flush(self, *, last: bool = False) -> None:
+        """Write what is pending; ``last``: from the writing thread at exit,
+        which bounds nothing itself (``close`` stops waiting for it)."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        """The last write, at exit (``atexit``): made by the writing thread
+        where one runs (see the module's docstring), else here."""
+        if self._forked():  # the parent's tally is the parent's to write
+            return
+        with self._lock:
+            thread = self._thread
+            if thread is not None and thread is not threading.current_thread():
+                self._closing = True
+                self._wake.set()
+            else:
+                thread = None
+        if thread is None:
+            self.flush()
+        elif not self._closed.wait(EXIT_WAIT):
+            logger.debug("Gave up on the last write of %s at exit", self.thread_name)

@@ -33,6 +33,7 @@ until it ended.
 
 from __future__ import annotations
 
+import atexit
 import collections
 import concurrent.futures
 import logging
@@ -50,6 +51,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .conf import generation
+from .daemons import DaemonPool
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -75,6 +77,8 @@ CLEANUP_PATIENCE = 120.0
 #: The janitor's own socket timeout, and its pause after a failed round.
 CLEANUP_TIMEOUT = 2.0
 CLEANUP_RETRY_DELAY = 0.5
+#: The longest the process's exit waits for clean-ups still to be sent.
+CLEANUP_AT_EXIT = 2.0
 #: Siblings kept before the cache is emptied (clients replaced by new settings).
 MAX_SIBLINGS = 256
 
@@ -145,7 +149,9 @@ def _sibling(client: Any, seconds: float) -> Any | None:
     # A forgotten sibling (new settings) must close its sockets, not leave them
     # to the garbage collector: a connection collected in a cycle may lose its
     # socket before it can close it (a ResourceWarning in the user's tests).
-    weakref.finalize(sibling, sibling_pool.disconnect)
+    # Not at exit, though: finalizers run before the janitor's last clean-ups
+    # (Janitor.drain_at_exit), which may need this very pool.
+    weakref.finalize(sibling, sibling_pool.disconnect).atexit = False
     return sibling
 
 
@@ -198,28 +204,16 @@ siblings = Siblings()
 MAX_WORKERS = 16
 
 
-class Workers:
+class Workers(DaemonPool):
     """Run a command on a worker thread and wait for it at most ``seconds``.
 
-    For pools with no plain sibling; the child of a ``fork()`` starts with none.
+    For pools with no plain sibling. The workers are daemon threads
+    (``daemons``): one left waiting on a hung Redis must not hold up the
+    process's exit. The child of a ``fork()`` starts with none.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-
-    def _reset_after_fork(self) -> None:
-        """The parent's threads (and a lock one of them held) are not in the child."""
-        self._lock = threading.Lock()
-        self._pool = None
-
-    def submit(self, func: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
-        with self._lock:
-            if self._pool is None:
-                self._pool = concurrent.futures.ThreadPoolExecutor(
-                    MAX_WORKERS, thread_name_prefix="django-redislock-bounded"
-                )
-            return self._pool.submit(func, *args)
+        super().__init__(MAX_WORKERS, "django-redislock-bounded")
 
     def call(self, seconds: float, func: Callable[..., T], *args: Any) -> T:
         """``func(*args)``; ``Abandoned`` when it has not answered in ``seconds``."""
@@ -251,16 +245,20 @@ def abandoned(future: concurrent.futures.Future[Any], seconds: float) -> Abandon
 workers = Workers()
 
 
-def within(client: Any, seconds: float, func: Callable[[Any], T]) -> T:
+def within(client: Any, seconds: float, func: Callable[[Any], T], *, here: bool = False) -> T:
     """``func(client)``, given up after about ``seconds``: on ``client`` when
     its own socket timeout is that short, else on a sibling with that timeout,
-    else on a worker thread (``Abandoned``). For background writes (counters,
-    history) that must not hold a process's exit up for a hung Redis."""
+    else on a worker thread (``Abandoned``); ``here``: in this thread, which
+    its caller stops waiting for instead (a background writer's last write,
+    at exit). For background writes (counters, history) that must not hold
+    a process's exit up for a hung Redis."""
     bound = siblings.get(client, seconds)
     if bound is None:
         return func(client)
     if bound.client is not None:
         return func(bound.client)
+    if here:
+        return func(client)
     return workers.call(bound.seconds, func, client)
 
 
@@ -276,16 +274,22 @@ class Janitor:
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._pending: collections.deque[_Cleanup] = collections.deque()
-        self._thread: threading.Thread | None = None
+        self._reset_after_fork()
 
     def _reset_after_fork(self) -> None:
         """The child starts empty, with a new lock: one held by the parent's
         janitor thread at ``fork()`` would never be released in the child."""
         self._lock = threading.Lock()
-        self._pending = collections.deque()
-        self._thread = None
+        self._pending: collections.deque[_Cleanup] = collections.deque()
+        self._thread: threading.Thread | None = None
+        self._pid = os.getpid()
+
+    def drain_at_exit(self) -> None:
+        """At exit: wait for the clean-ups still to be sent, at most
+        ``CLEANUP_AT_EXIT`` (the thread is a daemon: a short script that
+        cancelled an acquire would otherwise exit before its clean-up)."""
+        if self._pid == os.getpid():  # not a child forked without the hooks
+            self.wait_idle(CLEANUP_AT_EXIT)
 
     def submit(
         self, client: Any, call: Call, after: concurrent.futures.Future[Any] | None = None
@@ -344,6 +348,7 @@ class Janitor:
 
 
 janitor = Janitor()
+atexit.register(janitor.drain_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=janitor._reset_after_fork)
-    os.register_at_fork(after_in_child=workers._reset_after_fork)
+    os.register_at_fork(after_in_child=workers.reset)

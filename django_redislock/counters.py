@@ -6,7 +6,7 @@ sixth of the Redis time of an uncontended acquire+release, paid on every
 cycle of every lock for a number an operator reads now and then. So the
 client counts instead: each acquire adds to an in-process tally (a dict
 increment under a lock), and a daemon thread writes the tally with one
-pipelined round trip per client at most once a second (``FLUSH_SECONDS``),
+pipelined round trip per client at most once a second (``background.FLUSH_SECONDS``),
 at exit, and whenever a reader in this process asks (``flush``: ``manage.py
 locks`` and the dashboard do, so their own process's counts are exact).
 
@@ -32,8 +32,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import threading
-import time
 from typing import Any
 
 from . import backend, bounds
@@ -41,8 +39,6 @@ from .background import BackgroundWriter
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between writes of the tally.
-FLUSH_SECONDS = 1.0
 #: The longest one client's write may take (a hung Redis: the counts are dropped).
 WRITE_TIMEOUT = 2.0
 
@@ -94,21 +90,12 @@ class Tally(BackgroundWriter):
             entry = self._pending.get((id(client), stats_key))
             return (entry[2], entry[3], entry[4]) if entry is not None else (0, 0, 0)
 
-    def _run(self) -> None:
-        me = threading.current_thread()
-        while True:
-            time.sleep(FLUSH_SECONDS)
-            with self._lock:
-                if self._thread is not me:  # reset() by a fork: the child's copy
-                    return
-                if not self._pending:  # nothing new since the last flush: exit
-                    self._thread = None
-                    return
-            self.flush()
+    def _idle(self) -> bool:
+        return not self._pending
 
-    def flush(self) -> None:
+    def flush(self, *, last: bool = False) -> None:
         """Write what is pending, one pipeline per client, each within
-        ``WRITE_TIMEOUT``; best effort.
+        ``WRITE_TIMEOUT`` (``last``: see ``BackgroundWriter.flush``); best effort.
 
         Counts that cannot be written (Redis unreachable or hung) are dropped,
         not retried: they are statistics, and a backlog must not grow while
@@ -123,16 +110,17 @@ class Tally(BackgroundWriter):
             by_client.setdefault(client_id, []).append([key, *entry])
         for entries in by_client.values():
             try:
-                _write(entries[0][1], entries)
+                _write(entries[0][1], entries, last)
             except (*backend.BACKEND_ERRORS, TimeoutError) as exc:
                 logger.debug("Could not write %d names' lock counters: %s", len(entries), exc)
             except Exception:  # a bug here must not stop the thread, nor reach a lock
                 logger.warning("Could not write lock counters", exc_info=True)
 
 
-def _write(client: Any, entries: list[list[Any]]) -> None:
+def _write(client: Any, entries: list[list[Any]], last: bool) -> None:
     """One client's counts, within ``WRITE_TIMEOUT`` (``bounds``: a sibling
-    client with that socket timeout, or a worker thread where there is none)."""
+    client with that socket timeout, or a worker thread where there is none;
+    here, at exit, where ``close`` does the waiting)."""
 
     def write(target: Any) -> None:
         pipe = target.pipeline(transaction=False)
@@ -148,13 +136,13 @@ def _write(client: Any, entries: list[list[Any]]) -> None:
             pipe.pexpire(key, ttl_ms)
         pipe.execute()
 
-    bounds.within(client, WRITE_TIMEOUT, write)
+    bounds.within(client, WRITE_TIMEOUT, write, here=last)
 
 
 #: The process's tally.
 TALLY = Tally()
 os.register_at_fork(after_in_child=TALLY.reset)
-atexit.register(TALLY.flush)
+atexit.register(TALLY.close)
 
 #: Count one acquire (``Tally.acquired``).
 acquired = TALLY.acquired

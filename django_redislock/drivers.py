@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
 import sys
 import time
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Callable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
@@ -49,7 +50,7 @@ class AsyncConnection:
     async def run(self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         if self.aio is not None:
             return await script.run_async(self.aio, keys, args)
-        return await asyncio.to_thread(script, self.sync, keys, args)
+        return await in_thread(script, self.sync, keys, args)
 
     async def run_to_the_end(
         self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
@@ -57,8 +58,28 @@ class AsyncConnection:
         """``run``, shielded: a release goes on to Redis when its caller is
         cancelled (an ``asyncio.timeout`` or a ``TaskGroup`` ending around an
         ``async with``). Cut short, it would leave the lock or permit held by
-        nobody for its whole lease; the caller still gets ``CancelledError``."""
-        return await asyncio.shield(self.run(script, keys, args))
+        nobody for its whole lease; the caller still gets ``CancelledError``.
+
+        The shielded release is a task of the loop, and a loop that ends
+        (``asyncio.run``'s coroutine returned, Ctrl-C) cancels every task
+        left (once) and then waits for them: cancelled that way, the release
+        is sent again, so the loop runs until Redis answered, or
+        ``bounds.CLEANUP_TIMEOUT`` passed (a hung Redis).
+        Sent twice, a release is harmless: the second finds the token gone,
+        and an inner level's never frees the lock."""
+        return await asyncio.shield(self._resent_if_cancelled(script, keys, args))
+
+    async def _resent_if_cancelled(
+        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
+    ) -> Any:
+        try:
+            return await self.run(script, keys, args)
+        except asyncio.CancelledError:  # the loop is ending (see run_to_the_end)
+            uncancel = getattr(asyncio.current_task(), "uncancel", None)
+            if uncancel is not None:  # Python 3.11+: no cancellation pending now
+                uncancel()
+        # a hung Redis must not hold the exit up
+        return await _bounded(self.run(script, keys, args), bounds.CLEANUP_TIMEOUT)
 
     async def wait_signal(self, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
         """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time.
@@ -79,7 +100,38 @@ class AsyncConnection:
     async def call(self, command: str, *args: Any, **kwargs: Any) -> Any:
         if self.aio is not None:
             return await getattr(self.aio, command)(*args, **kwargs)
+        # a wait (BLPOP) grants nothing: a clean-up need not follow it
         return await asyncio.to_thread(getattr(self.sync, command), *args, **kwargs)
+
+
+async def _bounded(run: Awaitable[T], seconds: float) -> T:
+    """``run``, given up (``TimeoutError``) after ``seconds``."""
+    if sys.version_info >= (3, 11):
+        async with asyncio.timeout(seconds):
+            return await run
+    return await asyncio.wait_for(run, seconds)
+
+
+async def in_thread(func: Callable[..., T], *args: Any) -> T:
+    """``asyncio.to_thread`` on the bounded commands' daemon workers (not
+    joined at exit), except when cancelled: the ``CancelledError``
+    then carries ``after``, the command's future while it may still reach
+    Redis (``None`` when it never started, or ended). The attempt's clean-up
+    follows it (``bounds.Janitor``): sent at once on another connection, it
+    could reach Redis first, find nothing to undo, and the late acquire would
+    leave the name held by nobody for its whole lease."""
+    future = bounds.workers.submit(contextvars.copy_context().run, func, *args)
+    return await follow(asyncio.wrap_future(future), future)
+
+
+async def follow(run: Awaitable[T], future: concurrent.futures.Future[Any]) -> T:
+    """Await ``run``, ``future``'s on a worker thread; a cancellation carries
+    what a clean-up must follow (``in_thread``)."""
+    try:
+        return await run
+    except asyncio.CancelledError as exc:
+        exc.after = None if future.cancel() or future.done() else future  # type: ignore[attr-defined]
+        raise
 
 
 def run(steps: Generator[Step, Any, T], client: Any) -> T:
@@ -93,8 +145,11 @@ def run(steps: Generator[Step, Any, T], client: Any) -> T:
             return stop.value  # type: ignore[no-any-return]
         after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
-            if step.deadline is not None:
-                reply = _run_bounded(step, client, step.deadline, after)
+            if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
+                bounds.janitor.submit(client, step, after)
+                reply = None
+            elif step.deadline is not None:
+                reply = _run_bounded(step, client, step.deadline)
             elif isinstance(step, Call):
                 reply = step.script(client, step.keys, step.args)
             else:
@@ -132,12 +187,8 @@ def _blpop_timeout(timeout: float, bound: bounds.Bound | None) -> float:
     return max(backend.MIN_WAIT_CHUNK, min(timeout, bound.seconds * backend.SOCKET_TIMEOUT_SHARE))
 
 
-def _run_bounded(step: Step, client: Any, deadline: float, after: Any = None) -> Any:
-    """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis;
-    ``after``: the abandoned command a background clean-up must follow."""
-    if isinstance(step, Call) and step.background:
-        bounds.janitor.submit(client, step, after)
-        return None
+def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
+    """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis."""
     bound = bounds.siblings.get(client, deadline - time.monotonic())
     try:
         if bound is not None and bound.client is None:  # no sibling: a worker thread
@@ -161,12 +212,11 @@ async def _within(
     of a command cancelled this way. ``future``: ``run``'s worker (the
     fallback), which may go on after that."""
     assert step.deadline is not None
+    if future is not None and isinstance(step, Call):  # a wait grants nothing
+        run = follow(run, future)
     try:
         try:
-            if sys.version_info >= (3, 11):
-                async with asyncio.timeout(seconds):
-                    return await run
-            return await asyncio.wait_for(run, seconds)
+            return await _bounded(run, seconds)
         except _TIMEOUTS as exc:
             if future is None:
                 raise
@@ -176,15 +226,10 @@ async def _within(
         raise
 
 
-async def _run_bounded_async(
-    step: Step, conn: AsyncConnection, deadline: float, after: Any = None
-) -> Any:
+async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float) -> Any:
     """``_run_bounded`` on asyncio: the bound is an ``asyncio.timeout``; where
     there is no asyncio client the step runs on a worker (``bounds.workers``),
     whose future a clean-up follows."""
-    if isinstance(step, Call) and step.background:
-        bounds.janitor.submit(conn.sync, step, after)
-        return None
     bound = bounds.siblings.get(conn.sync, deadline - time.monotonic())
     run: Awaitable[Any]
     if bound is not None and conn.aio is None:
@@ -216,8 +261,11 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
             return stop.value  # type: ignore[no-any-return]
         after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
-            if step.deadline is not None:
-                reply = await _run_bounded_async(step, conn, step.deadline, after)
+            if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
+                bounds.janitor.submit(conn.sync, step, after)
+                reply = None
+            elif step.deadline is not None:
+                reply = await _run_bounded_async(step, conn, step.deadline)
             elif isinstance(step, Call):
                 run = conn.run(step.script, step.keys, step.args)
                 reply = await (asyncio.shield(run) if step.shield else run)

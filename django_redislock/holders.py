@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import os
 import threading
 import weakref
@@ -49,11 +50,14 @@ class Registry(Generic[_H]):
     A hold that has ended (released, or forgotten after a loss) is no hold:
     ``get`` skips it, so nothing has to be taken out when a hold ends."""
 
-    __slots__ = ("held", "pid")
+    __slots__ = ("handles", "held", "pid")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
         self.held: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+        #: a task's only: the handles' per-task tables to clear when it is
+        #: done (``forget_when_done``), by id, each gone with its handle
+        self.handles: dict[int, weakref.ref[Any]] = {}
 
     def get(self, key: Hashable) -> _H | None:
         found: _H | None = self.held.get(key)
@@ -88,6 +92,27 @@ def current_task(kind: str) -> asyncio.Task[Any]:
     return task
 
 
+def forget_when_done(kind: str, table: weakref.WeakKeyDictionary[Any, Any]) -> None:
+    """Drop the current task's entry of ``table`` (what a handle took in it)
+    once the task is done, as a thread's ``threading.local`` goes with the
+    thread: a finished task still referenced somewhere (a list of jobs)
+    would otherwise keep its holds renewed for good. One callback per task
+    (``task_registry``) clears every table: one per handle would pile up on
+    a long-lived task that uses a new handle per job."""
+    handles = task_registry(kind).handles
+    key = id(table)
+    if key not in handles:
+        handles[key] = weakref.ref(table, lambda _: handles.pop(key, None))
+
+
+def _forget_handles(registry: Registry[Any], task: asyncio.Task[Any]) -> None:
+    for ref in list(registry.handles.values()):
+        table = ref()
+        if table is not None:
+            table.pop(task, None)
+    registry.handles.clear()
+
+
 def task_registry(kind: str) -> Registry[Any]:
     """The current task's holds; never its parent's."""
     task = current_task(kind)
@@ -95,6 +120,7 @@ def task_registry(kind: str) -> Registry[Any]:
     if entry is None or entry[0]() is not task or entry[1].pid != os.getpid():
         entry = (weakref.ref(task), Registry())
         _tasks.set(entry)
+        task.add_done_callback(functools.partial(_forget_handles, entry[1]))
     return entry[1]
 
 
@@ -122,14 +148,20 @@ class Handle:
         """The hold a release, extend or ``owned`` of this handle applies to: the
         latest one it took, else the current holder's hold of the name (taken
         through another handle); ``key`` is ``_hold_key`` when it is at hand."""
-        entered = self._entered()
-        while entered and not entered[-1].active and entered[-1].lost is None:
-            entered.pop()  # released to the end through another handle
-        if entered:
-            return entered[-1]
+        taken = self._taken()
+        if taken is not None:
+            return taken
         if key is None:
             key = self._own_hold_key()
         return self._registry().get(key)
+
+    def _taken(self) -> Holding | None:
+        """The latest hold this handle took in the current holder and has not
+        released to the end (``_current`` without its fallback)."""
+        entered = self._entered()
+        while entered and not entered[-1].active and entered[-1].lost is None:
+            entered.pop()  # released to the end through another handle
+        return entered[-1] if entered else None
 
     def _own_hold_key(self) -> HoldKey:
         """``_hold_key`` of this handle's name and cache alias."""

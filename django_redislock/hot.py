@@ -7,7 +7,7 @@ histogram of waits, written from the lock signals by each process:
 
 - a process adds its signals to an in-memory tally (a dict under a lock), and
   a daemon thread of its own writes the tally with one pipelined round trip
-  once a second (``FLUSH_SECONDS``) and at exit: a receiver never does I/O,
+  once a second (``background.FLUSH_SECONDS``) and at exit: a receiver never does I/O,
   so a slow or cut-off Redis never delays a lock, its watchdog or the other
   receivers; the acquire scripts on the hot path are unchanged;
 - a minute is one hash, ``<prefix>:{~hot}:minute:<unix minute>``, with fields
@@ -27,7 +27,6 @@ import bisect
 import logging
 import math
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -40,7 +39,6 @@ from .conf import get_settings
 
 logger = logging.getLogger(__name__)
 
-FLUSH_SECONDS = 1.0
 KEEP_SECONDS = 65 * 60
 #: Upper bounds (ms) of the wait histogram's buckets; the last is open.
 WAIT_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000)
@@ -110,14 +108,6 @@ class Recorder(BackgroundWriter):
             self._thread = None
         self.flush()
 
-    def _run(self) -> None:
-        me = threading.current_thread()
-        while True:
-            time.sleep(FLUSH_SECONDS)
-            if self._thread is not me:  # reset(), stop(), or a forked child's copy
-                return
-            self.flush()
-
     def acquired(self, sender: Any, name: str, waited: float = 0.0, **_: Any) -> None:
         waited_ms = waited * 1000 if waited > 0 else 0.0
         if waited_ms < 1:
@@ -141,10 +131,10 @@ class Recorder(BackgroundWriter):
     def lost(self, sender: Any, name: str, **_: Any) -> None:
         self._record(name, ((_LOST, 1),))
 
-    def flush(self) -> None:
+    def flush(self, *, last: bool = False) -> None:
         """Write the tally, within ``counters.WRITE_TIMEOUT`` (a hung Redis
-        must not hold a process's exit up for its socket timeout); what
-        cannot be written is dropped."""
+        must not hold a process's exit up for its socket timeout; ``last``:
+        see ``BackgroundWriter.flush``); what cannot be written is dropped."""
         if self._forked():  # the parent's tally is the parent's to write
             return
         with self._lock:
@@ -165,7 +155,7 @@ class Recorder(BackgroundWriter):
 
         try:
             client, prefix = self._connect()
-            bounds.within(client, counters.WRITE_TIMEOUT, write)
+            bounds.within(client, counters.WRITE_TIMEOUT, write, here=last)
         except Exception:  # never let history keeping break a lock
             logger.debug("Could not write the per-minute lock history", exc_info=True)
 
@@ -200,11 +190,12 @@ def install() -> Recorder:
         for signal, receiver in _receivers(old):
             signals.untap(signal, receiver)
         old.stop()
+        atexit.unregister(old.close)
     recorder = Recorder(_connect)
     for signal, receiver in _receivers(recorder):
         signals.tap(signal, receiver)  # directly: see signals._TAPS
     os.register_at_fork(after_in_child=recorder.reset)
-    atexit.register(recorder.flush)
+    atexit.register(recorder.close)
     return recorder
 
 

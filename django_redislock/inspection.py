@@ -345,7 +345,7 @@ def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]
     This process's own pending counts are written first (``counters.flush``,
     each client's write bounded by ``counters.WRITE_TIMEOUT``), so what it did
     itself is never missing; other processes' counts may be up to
-    ``counters.FLUSH_SECONDS`` behind.
+    ``background.FLUSH_SECONDS`` behind.
     """
     counters.flush()
     pipe = client.pipeline(transaction=False)

@@ -106,9 +106,9 @@ class LockBase(Handle, Primitive):
         The holder's own depth decides which release is the last, not the
         count in Redis, which can be one off either way: a nested acquire that
         timed out (Redis hung) may have been counted once Redis answered, and
-        a release whose reply was lost may have been counted though the
-        holder keeps its level. The last release frees the lock anyway, and
-        an inner one never does (``scripts/lock_release.lua``).
+        an inner release that failed is left by the holder (``_release_failed``)
+        whether or not Redis ran it. The last release frees the lock anyway,
+        and an inner one never does (``scripts/lock_release.lua``).
         """
         if holding.depth > 1:
             return LOCK_RELEASE.args_of(token=holding.token)
@@ -130,8 +130,14 @@ class LockBase(Handle, Primitive):
         self._announce_released(holding.acquired_at)
 
     def _release_failed(self, holding: Holding) -> None:
-        """Redis could not be told: stop renewing, so the lease frees the lock."""
-        if holding.depth <= 1:
+        """Redis could not be told (or its answer was lost, or the release
+        was cancelled). An inner level is left all the same, as its block
+        was: kept, the outer release was sent as an inner one, which never
+        frees the lock, and the watchdog renewed it for as long as the thread
+        lived. The last level: stop renewing, so the lease frees the lock."""
+        if holding.depth > 1:
+            holding.depth -= 1
+        else:
             holding.end()
 
     # the acquire, written once for Lock and AsyncLock (see protocol.py) ---------------

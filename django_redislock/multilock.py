@@ -31,6 +31,7 @@ from .validation import (
     Options,
     check_alias,
     check_bool,
+    check_lease,
     check_name,
     check_seconds,
     fixed,
@@ -137,19 +138,25 @@ class MultiLock(Options):
             with contextlib.suppress(LockError):
                 lock.release()
 
+    def _held_parts(self) -> tuple[Lock, ...]:
+        """The parts this handle took in this thread, which a release or
+        extend applies to; never a part the thread holds on its own (after an
+        acquire that failed inside ``with Lock("a"):``, releasing ``a`` would
+        free the outer hold while its block still runs)."""
+        parts = tuple(lock for lock in self.locks if lock._taken() is not None)
+        if not parts:
+            raise LockNotOwnedError(f"{self!r} is not held by this holder.", name=self.names[0])
+        return parts
+
     def release(self) -> None:
         """Release every part, in reverse order, even when one of them fails.
 
-        Raises ``LockNotOwnedError`` when this holder holds none of the parts,
+        Raises ``LockNotOwnedError`` when this handle holds none of the parts,
         and then the first ``LockLostError`` (or backend error) met, after
         trying every part.
         """
-        if not any(lock.fencing_token is not None for lock in self.locks):
-            raise LockNotOwnedError(f"{self!r} is not held by this holder.", name=self.names[0])
         first: BaseException | None = None
-        for lock in reversed(self.locks):
-            if lock.fencing_token is None:
-                continue
+        for lock in reversed(self._held_parts()):
             try:
                 lock.release()
             except Exception as exc:
@@ -159,8 +166,10 @@ class MultiLock(Options):
             raise first
 
     def extend(self, seconds: float | None = None) -> None:
-        """Reset every part's lease to ``seconds`` (default: ``timeout``) from now."""
-        for lock in self.locks:
+        """Reset every part's lease to ``seconds`` (default: the lease as it
+        stands) from now; ``LockNotOwnedError`` when this handle holds none."""
+        check_lease(seconds, "seconds")  # before anything else, held or not
+        for lock in self._held_parts():
             lock.extend(seconds)
 
     def owned(self) -> bool:

@@ -28,6 +28,7 @@ from .base import (
     SyncPrimitive,
 )
 from .drivers import AsyncConnection
+from .holders import forget_when_done
 from .holding import Holding, current_pid, holder_description, new_token
 from .protocol import HELD_RESULT, REFUSED, AcquireResult, Call, Step
 from .scripts import (
@@ -320,6 +321,8 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
             raise RuntimeError(f"{type(self).__name__} must be used from inside an asyncio task.")
         stack = self._stacks.get(task)
         if stack is None or (stack and stack[0].pid != current_pid()):
+            if stack is None:
+                forget_when_done(type(self).__name__, self._stacks)
             stack = self._stacks[task] = []
         return stack
 

@@ -241,13 +241,15 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     except GeneratorExit:
         raise
     except BaseException as exc:
-        # Redis did not answer within the budget: the clean-up is sent once it
-        # answers again (bounds.Janitor), after the abandoned command.
+        # Redis did not answer within the budget, or the caller gave up on a
+        # command still on its way from a worker thread (drivers.in_thread):
+        # the clean-up is sent in the background (bounds.Janitor), after it.
         unanswered = isinstance(exc, backend.Unanswered)
+        behind = unanswered or getattr(exc, "after", None) is not None
         cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
         if cleanup is not None:
             try:
-                yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, unanswered)
+                yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
             except backend.BACKEND_ERRORS as cleanup_exc:
                 logger.debug(
                     "Could not clean up an interrupted acquire of %r: %s", attempt.name, cleanup_exc

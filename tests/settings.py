@@ -93,6 +93,16 @@ REDIS_URL = os.environ.get("REDISLOCK_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
 
 
 def redis_cache(url: str, **options: object) -> dict[str, object]:
+    """A django-redis cache on ``url``; ``SOCKET_TIMEOUT=None`` means none at
+    all: django-redis leaves a ``None`` out, and redis-py 8 then gives the
+    connection a 5 s socket timeout of its own, so the pool is given ``None``."""
+    pool_kwargs: dict[str, None] = {}
+    for option, kwarg in (("SOCKET_TIMEOUT", "socket_timeout"),
+                          ("SOCKET_CONNECT_TIMEOUT", "socket_connect_timeout")):  # fmt: skip
+        if option in options and options[option] is None:
+            pool_kwargs[kwarg] = None
+    if pool_kwargs:
+        options.setdefault("CONNECTION_POOL_KWARGS", pool_kwargs)
     return {
         "BACKEND": "django_redis.cache.RedisCache",
         "LOCATION": url,

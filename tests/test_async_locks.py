@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 import redis
+from django.test import override_settings
 
 from django_redislock import (
     AsyncLock,
@@ -19,6 +20,7 @@ from django_redislock import (
 from django_redislock import signals as lock_signals
 from django_redislock.async_locks import AsyncConnection
 from django_redislock.state import parse_lock_value
+from tests.settings import redis_cache
 from tests.signals_helper import capture
 
 T = TypeVar("T")
@@ -314,3 +316,247 @@ def test_a_cancellation_lost_in_a_wait_is_honoured(
         await holder.release()
 
     run(main())
+
+
+def test_a_cancellation_in_an_inner_release_still_frees_the_lock_at_the_outer(
+    redis_client: redis.Redis,
+) -> None:
+    """The cancellation lands while the inner ``async with`` awaits its
+    (shielded) release: the inner level is left, so the outer release is the
+    last one and frees the lock. Before, it went as an inner release and the
+    lock stayed held after both blocks, renewed by the watchdog."""
+
+    async def main() -> None:
+        lock = AsyncLock("inner-cancelled", timeout=60)
+
+        async def hold() -> None:
+            async with lock:
+                async with lock:
+                    me = asyncio.current_task()
+                    assert me is not None
+                    # delivered once the inner __aexit__ awaits its release
+                    asyncio.get_running_loop().call_soon(me.cancel)
+
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.create_task(hold())
+        assert not await AsyncLock("inner-cancelled").locked()
+
+    asyncio.run(main())
+    assert not redis_client.exists("redislock:{inner-cancelled}:lock")
+
+
+@pytest.mark.parametrize("kind", ["AsyncLock", "AsyncSemaphore"])
+def test_a_release_cancelled_as_the_loop_ends_still_reaches_redis(
+    redis_client: redis.Redis, redis_url: str, kind: str
+) -> None:
+    """The cancellation lands in the release of the last ``async with`` and
+    the loop ends right after (``asyncio.run``'s coroutine returns, as a
+    script's or a per-request loop's does): ``asyncio.run`` cancels the
+    shielded release with every task left. Before, it never reached Redis
+    and the name stayed held by nobody for its whole lease."""
+    from django_redislock import AsyncSemaphore
+
+    make, key = {
+        "AsyncLock": (lambda: AsyncLock("loop-end", timeout=60), "redislock:{loop-end}:lock"),
+        "AsyncSemaphore": (
+            lambda: AsyncSemaphore("loop-end-s", 1, timeout=60),
+            "redislock:{loop-end-s}:semaphore",
+        ),
+    }[kind]
+
+    async def main() -> None:
+        try:
+            async with make():
+                await asyncio.sleep(0.1)  # the pooled connection is due a health check
+                me = asyncio.current_task()
+                assert me is not None
+                asyncio.get_running_loop().call_soon(me.cancel)  # lands in the release
+        except asyncio.CancelledError:
+            pass  # a script that exits, a view that answers
+
+    # The health check (a PING before the release is written) makes sure the
+    # cancellation lands before the release is on the wire. A URL of its own:
+    # django-redis shares a pool between caches with the same URL.
+    cache = redis_cache(
+        f"{redis_url}?client_name=loop-end",
+        CONNECTION_POOL_KWARGS={"health_check_interval": 0.05},
+    )
+    with override_settings(CACHES={"default": cache}):
+        asyncio.run(main())
+    assert not redis_client.exists(key), f"held by nobody for {redis_client.pttl(key)} ms"
+
+
+@pytest.mark.parametrize("blocking_timeout", [None, 5.0], ids=["unbounded", "bounded"])
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis(
+    redis_client: redis.Redis,
+    monkeypatch: pytest.MonkeyPatch,
+    kind: str,
+    blocking_timeout: float | None,
+) -> None:
+    """Sentinel and Cluster have no asyncio client: an acquire runs on a
+    worker thread, and a cancelled one may not be on the wire yet (a connect,
+    a busy executor). Its clean-up must follow it: before, it was sent at
+    once on another thread, found nothing, and the late acquire left the
+    name held by nobody for its whole lease."""
+    import threading
+
+    from django_redislock import AsyncSemaphore, bounds
+    from django_redislock.scripts import LOCK_ACQUIRE, SEMAPHORE_ACQUIRE, Script
+
+    monkeypatch.setattr("django_redislock.async_clients.get_async_client", lambda client: None)
+    real = Script.__call__
+    entered, go, sent = threading.Event(), threading.Event(), threading.Event()
+
+    def held_back(script: Script, client: Any, keys: Any, args: Any) -> Any:
+        if script not in (LOCK_ACQUIRE, SEMAPHORE_ACQUIRE) or entered.is_set():
+            return real(script, client, keys, args)
+        entered.set()
+        go.wait(10)  # not on the wire yet when the caller gives up
+        try:
+            return real(script, client, keys, args)
+        finally:
+            sent.set()
+
+    monkeypatch.setattr(Script, "__call__", held_back)
+    name = f"thread-cancel-{kind}-{blocking_timeout}"
+    prim = AsyncLock(name, timeout=60) if kind == "lock" else AsyncSemaphore(name, 1, timeout=60)
+
+    async def main() -> None:
+        task = asyncio.create_task(prim.acquire(blocking_timeout=blocking_timeout))
+        assert await asyncio.to_thread(entered.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        go.set()
+        assert await asyncio.to_thread(sent.wait, 10)
+
+    asyncio.run(main())
+    assert bounds.janitor.wait_idle(15), "the clean-up was never delivered"
+    key = f"redislock:{{{name}}}:{kind}"
+    assert not redis_client.exists(key), f"held by nobody for {redis_client.pttl(key)} ms"
+
+
+@pytest.mark.parametrize("kind", ["AsyncLock", "AsyncSemaphore"])
+def test_a_task_that_ends_holding_is_renewed_no_more(kind: str) -> None:
+    """As a thread that ends holding: its lease runs out. Before, a finished
+    task still referenced (a list of jobs) kept its hold renewed for good."""
+    import gc
+
+    from django_redislock import AsyncSemaphore
+    from django_redislock.watchdog import watchdog
+
+    prim = AsyncLock("task-ended") if kind == "AsyncLock" else AsyncSemaphore("task-ended-s", 2)
+
+    async def main() -> None:
+        before = watchdog.watching()
+        jobs = [asyncio.create_task(prim.acquire())]
+        assert await asyncio.gather(*jobs) == [True]
+        await asyncio.sleep(0)  # the task's done callbacks run on the next pass
+        gc.collect()
+        assert jobs[0].done()  # and still referenced
+        assert watchdog.watching() == before
+
+    asyncio.run(main())
+
+
+def test_a_long_lived_task_keeps_nothing_per_handle() -> None:
+    """A worker task that takes a new handle per job (``async with
+    AsyncLock(f"job:{id}")``): one done callback for the task, not one per
+    handle (they piled up, about 450 bytes a job, until the task ended)."""
+    import gc
+
+    from django_redislock.holders import task_registry
+
+    async def worker() -> tuple[int, int]:
+        me = asyncio.current_task()
+        assert me is not None
+        for job in range(200):
+            async with AsyncLock(f"job:{job % 20}"):
+                pass
+        gc.collect()
+        return len(me._callbacks), len(task_registry("AsyncLock").handles)  # type: ignore[attr-defined]
+
+    callbacks, handles = asyncio.run(worker())
+    assert callbacks <= 3, callbacks  # asyncio.run's own, and ours
+    assert handles <= 2, handles  # the handles still alive, not every one ever used
+
+
+#: A script on Cluster or Sentinel (no asyncio client: the acquire runs on a
+#: worker thread) cancels an acquire that Redis ran while its reply was on
+#: its way, then exits at once.
+CANCEL_THEN_EXIT = """\
+import asyncio, os, sys, threading
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+import django
+django.setup()
+from django_redislock import AsyncLock, async_clients
+from django_redislock.scripts import LOCK_ACQUIRE, Script
+
+async_clients.get_async_client = lambda client: None
+real, ran, go = Script.__call__, threading.Event(), threading.Event()
+
+def reply_late(script, client, keys, args):
+    result = real(script, client, keys, args)
+    if script is LOCK_ACQUIRE and not ran.is_set():
+        ran.set()
+        go.wait(10)  # Redis ran it; the caller gives up before the reply
+    return result
+
+Script.__call__ = reply_late
+
+async def main():
+    task = asyncio.create_task(AsyncLock({name!r}, timeout=60).acquire(blocking_timeout={bt}))
+    assert await asyncio.to_thread(ran.wait, 10)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    go.set()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("blocking_timeout", [None, 5.0], ids=["unbounded", "bounded"])
+def test_a_cancelled_acquires_clean_up_is_sent_before_the_process_exits(
+    redis_client: redis.Redis, blocking_timeout: float | None
+) -> None:
+    """The clean-up waits for the acquire's command on the janitor, a daemon
+    thread: the exit waits for it (at most CLEANUP_AT_EXIT)."""
+    import os
+    import subprocess
+
+    from tests.procs import worker_env
+
+    name = f"cancel-then-exit-{blocking_timeout}"
+    code = CANCEL_THEN_EXIT.format(name=name, bt=blocking_timeout)
+    env = {**os.environ, **worker_env()}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    key = f"redislock:{{{name}}}:lock"
+    assert not redis_client.exists(key), f"held by nobody for {redis_client.pttl(key)} ms"
+
+
+def test_a_release_resent_as_the_loop_ends_gives_up_on_a_hung_redis(redis_url: str) -> None:
+    """The resend (see the test above) is bounded: on a Redis that stopped
+    answering, with no socket timeout, ``asyncio.run`` still returns."""
+    from tests.faultproxy import FaultProxy
+
+    async def main(proxy: FaultProxy) -> None:
+        try:
+            async with AsyncLock("hung-at-exit", timeout=60):
+                proxy.blackhole()
+                me = asyncio.current_task()
+                assert me is not None
+                asyncio.get_running_loop().call_soon(me.cancel)  # lands in the release
+        except asyncio.CancelledError:
+            pass
+
+    with FaultProxy(redis_url) as proxy:
+        cache = redis_cache(proxy.url, SOCKET_TIMEOUT=None, SOCKET_CONNECT_TIMEOUT=None)
+        started = time.monotonic()
+        with override_settings(CACHES={"default": cache}):
+            asyncio.run(main(proxy))
+        assert time.monotonic() - started < 15
+        proxy.heal()

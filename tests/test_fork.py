@@ -121,11 +121,11 @@ def test_janitor_starts_empty_with_a_free_lock_in_the_child() -> None:
 
 def test_bounded_workers_start_afresh_in_the_child() -> None:
     workers = bounds.workers
-    assert workers.call(5, int, "1") == 1  # the parent has a pool
-    with workers._lock:  # as if another thread held it at fork()
+    assert workers.call(5, int, "1") == 1  # the parent has a worker
+    with workers._mutex:  # as if another thread held it at fork()
 
         def child() -> int:
-            if workers._pool is not None:
+            if workers.workers() != 0:  # the parent's worker is not here
                 return 2
             return 0 if workers.call(5, int, "2") == 2 else 4
 
@@ -165,6 +165,8 @@ def test_a_child_forked_without_the_hooks_never_writes_its_parents_counts(
     def child() -> int:
         tally.flush()
         recorder.flush()
+        tally.close()  # as at the child's exit
+        recorder.close()
         return 0
 
     assert fork_and_run(child, hooks=False) == 0

@@ -349,3 +349,34 @@ def test_an_inner_release_never_frees_the_lock_whatever_redis_counted(
     assert refused_elsewhere("counted-twice")
     outer.release()
     assert not redis_client.exists(key)
+
+
+def test_a_failed_inner_release_still_leaves_its_level(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An inner release whose reply was lost (Redis ran it): its ``with``
+    block is left, so is its level. Before, the holder kept the level, the
+    outer release went as an inner one, and the lock stayed held (renewed
+    by the watchdog for as long as the thread lived)."""
+    from django_redislock import LockBackendError
+    from django_redislock.scripts import LOCK_RELEASE, Script
+
+    real = Script.__call__
+    lost: list[bool] = []
+
+    def reply_lost_once(script: Script, client: Any, keys: Any, args: Any) -> Any:
+        result = real(script, client, keys, args)
+        if script is LOCK_RELEASE and not lost:
+            lost.append(True)
+            raise redis.ConnectionError("connection reset after Redis ran it")
+        return result
+
+    monkeypatch.setattr(Script, "__call__", reply_lost_once)
+    lock = Lock("inner-reply-lost", timeout=60)
+    with pytest.raises(LockBackendError):
+        with lock:
+            with lock:
+                pass
+    assert lost
+    assert not redis_client.exists("redislock:{inner-reply-lost}:lock")
+    assert not lock.owned()

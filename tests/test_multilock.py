@@ -6,7 +6,7 @@ import pytest
 import redis
 
 from django_redislock import Lock, LockBackendError, LockNotOwnedError, LockTimeout, MultiLock
-from tests.holders import OtherThread
+from tests.holders import OtherThread, refused_elsewhere
 from tests.procs import processes
 
 
@@ -181,3 +181,53 @@ def test_options_are_fixed_when_the_set_is_built() -> None:
         with pytest.raises(AttributeError, match=rf"MultiLock\.{option} is fixed when"):
             setattr(multi, option, value)
     assert multi.timeout == 30 and all(part.timeout == 30 for part in multi.locks)
+
+
+def test_a_release_after_a_failed_acquire_keeps_an_outer_hold(
+    other_thread: OtherThread,
+) -> None:
+    """Inside ``with Lock("a")``, a MultiLock of a and b fails on b (held
+    elsewhere) and gives back only its own level of a. A release in a
+    ``finally`` must not free the outer hold: before, it did, and another
+    thread could take a while the outer block still ran."""
+    b = Lock("b")
+    assert other_thread(b.acquire)
+    multi = MultiLock(["a", "b"], blocking=False)
+    with Lock("a"):
+        assert not multi.acquire()
+        with pytest.raises(LockNotOwnedError):
+            multi.release()
+        with pytest.raises(LockNotOwnedError):
+            multi.extend(30)
+        assert not other_thread(Lock("a").acquire, blocking=False)
+    other_thread(b.release)
+
+
+def test_a_set_is_released_by_the_handle_that_took_it(other_thread: OtherThread) -> None:
+    """Not by another MultiLock of the names: it cannot tell a set taken by
+    a MultiLock from parts each held by an outer ``with Lock(name)``."""
+    first = MultiLock(["a", "b"])
+    assert first.acquire()
+    with pytest.raises(LockNotOwnedError):
+        MultiLock(["b", "a"]).release()
+    assert refused_elsewhere("a") and refused_elsewhere("b")
+    first.release()
+    assert not Lock("a").locked() and not Lock("b").locked()
+
+
+def test_a_release_after_a_failed_acquire_keeps_outer_holds_of_every_part(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    multi = MultiLock(["a", "b"])
+    second = multi.locks[1]
+
+    def broken(*args: object) -> object:
+        raise LockBackendError("Redis went away", name="b")
+
+    with Lock("a"), Lock("b"):
+        monkeypatch.setattr(second, "_acquire", broken)
+        with pytest.raises(LockBackendError):
+            multi.acquire()
+        with pytest.raises(LockNotOwnedError):
+            multi.release()
+        assert refused_elsewhere("a") and refused_elsewhere("b")

@@ -4,10 +4,12 @@ import asyncio
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 import redis
@@ -15,11 +17,11 @@ from django.core.checks import run_checks
 from django.core.management import call_command
 from django.test import override_settings
 
-from django_redislock import AsyncLock, Lock, LockLostError, background, counters
+from django_redislock import AsyncLock, Lock, LockLostError, background, bounds, counters, daemons
 from django_redislock.inspection import stats
 from tests.holders import OtherThread
 from tests.procs import worker_env
-from tests.servers import free_port
+from tests.servers import RedisServer, free_port
 from tests.threads import refuse_threads
 
 STATS_KEY = "redislock:{%s}:stats"
@@ -151,7 +153,7 @@ def test_counts_reach_redis_within_a_second_unasked(
     monkeypatch.setattr(counters.TALLY, "background", True)  # the tests' conftest turns it off
     with Lock("unasked"):
         pass
-    deadline = time.monotonic() + 10 * counters.FLUSH_SECONDS
+    deadline = time.monotonic() + 10 * background.FLUSH_SECONDS
     while not redis_client.exists(STATS_KEY % "unasked"):
         assert time.monotonic() < deadline, "the counts were never written"
         threading.Event().wait(0.05)
@@ -170,6 +172,123 @@ def test_a_process_writes_its_counts_when_it_exits(redis_client: redis.Redis) ->
     env = {**os.environ, **worker_env()}
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     assert counters_of(redis_client, "exiting") == {"acquired": 5}
+
+
+#: A process on a pool with no plain sibling (Cluster, Sentinel, a class of
+#: its own) and a socket timeout over ``WRITE_TIMEOUT``: its writes are
+#: bounded by waiting on another thread. At exit Python refuses new worker
+#: threads (and 3.12 any new thread): before, its last counts were dropped.
+OWN_POOL_EXIT = """\
+import os, sys, time
+os.environ.update(DJANGO_SETTINGS_MODULE="tests.settings")
+from django.conf import settings
+timeout = {timeout}
+settings.CACHES["default"]["OPTIONS"].update(
+    CONNECTION_POOL_CLASS="tests.test_hangs.OwnPool",
+    SOCKET_TIMEOUT=timeout, SOCKET_CONNECT_TIMEOUT=timeout,
+    # None given, not left out: redis-py 8 takes one left out as 5 s
+    CONNECTION_POOL_KWARGS=dict(socket_timeout=timeout, socket_connect_timeout=timeout),
+)
+from tests.procs import setup_worker
+setup_worker(dict(os.environ))
+from django_redislock import Lock
+for _ in range(5):
+    with Lock("exiting-own-pool"):
+        pass
+if {freeze}:  # the server stops answering: an acquire gives up, and the process exits
+    import signal
+    from django_redislock import LockBackendTimeout
+    os.kill({freeze}, signal.SIGSTOP)
+    try:
+        Lock("exiting-own-pool", blocking_timeout=0.5).acquire()
+    except LockBackendTimeout:
+        pass  # its command is still waiting for Redis, on a worker thread
+    else:
+        sys.exit("acquired on a frozen server")
+print(time.monotonic(), flush=True)
+"""
+
+
+@pytest.mark.parametrize("timeout", [5, None], ids=["5s", "no-socket-timeout"])
+def test_a_process_on_a_pool_of_its_own_writes_its_counts_when_it_exits(
+    redis_client: redis.Redis, timeout: float | None
+) -> None:
+    redis_client.delete(STATS_KEY % "exiting-own-pool")
+    code = OWN_POOL_EXIT.format(timeout=timeout, freeze=0)
+    env = {**os.environ, **worker_env()}
+    subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
+    assert counters_of(redis_client, "exiting-own-pool") == {"acquired": 5}
+    minutes = list(redis_client.scan_iter(match="redislock:{~hot}:minute:*"))
+    history = [redis_client.hget(k, "exiting-own-pool\x1facquired") for k in minutes]
+    assert sum(int(n or 0) for n in history) == 5
+
+
+def own_pool_client(url: str) -> redis.Redis:
+    """A client on a pool with no plain sibling and no socket timeout: its
+    bounded writes wait on a worker thread."""
+    from tests.test_hangs import OwnPool
+
+    pool = OwnPool.from_url(url, socket_timeout=None, socket_connect_timeout=None)
+    return redis.Redis(connection_pool=pool)
+
+
+def test_the_last_write_needs_no_new_thread(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At exit (``close``) the writing thread makes the last write itself:
+    Python 3.12 starts no thread there, and no bounded worker runs yet."""
+    monkeypatch.setattr(bounds, "workers", bounds.Workers())  # none started
+    refused = refuse_threads(monkeypatch, daemons)
+    client = own_pool_client(redis_url)
+    own = counters.Tally()  # its writing thread starts with the count
+    own.acquired(client, (STATS_KEY % "last-write").encode(), 60_000, 0.0)
+    own.close()
+    assert counters_of(redis_client, "last-write") == {"acquired": 1}
+    assert not refused  # no worker was even asked for
+    client.close()
+
+
+def test_the_last_write_to_a_hung_redis_gives_up_after_exit_wait(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.faultproxy import FaultProxy
+
+    monkeypatch.setattr(background, "EXIT_WAIT", 0.5)
+    with FaultProxy(redis_url) as proxy:
+        client = own_pool_client(proxy.url)
+        client.ping()  # connected before the server stops answering
+        own = counters.Tally()
+        own.acquired(client, (STATS_KEY % "last-hung").encode(), 60_000, 0.0)
+        proxy.blackhole()
+        started = time.monotonic()
+        own.close()
+        assert time.monotonic() - started < 0.5 + 2.0
+        proxy.heal()
+        client.close()
+
+
+def test_a_hung_redis_holds_the_exit_of_a_process_on_its_own_pool_up_briefly(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    """The last writes are given up after about WRITE_TIMEOUT (each writer's),
+    not the socket timeout (none here), and a command abandoned on a worker
+    thread does not hold the exit up either: before, Python's exit joined
+    that worker, which waited for ever."""
+    server = redis_server_factory()
+    assert server.process is not None
+    code = OWN_POOL_EXIT.format(timeout=None, freeze=server.process.pid)
+    env = {**os.environ, **worker_env(), "REDISLOCK_TEST_REDIS_URL": server.url}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, check=True, timeout=60,
+            capture_output=True, text=True,
+        )  # fmt: skip
+        exited = time.monotonic()
+    finally:
+        server.process.send_signal(signal.SIGCONT)
+    last_words = float(done.stdout.split()[-1])
+    # two writers (the counters and the history), then the interpreter's teardown
+    assert exited - last_words < 2 * background.EXIT_WAIT + 3, exited - last_words
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")

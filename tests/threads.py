@@ -30,6 +30,7 @@ def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[
         Thread=Refused,
         Lock=threading.Lock,
         Condition=threading.Condition,
+        Event=threading.Event,
         current_thread=threading.current_thread,
     )
     monkeypatch.setattr(module, "threading", view)

@@ -1,0 +1,105 @@
+"""A pool of worker threads that never holds up the process's exit.
+
+``concurrent.futures.ThreadPoolExecutor`` joins its workers when Python
+exits. A worker left waiting on a hung Redis (frozen, or behind a partition
+that drops packets) with no socket timeout never comes back, so a process
+whose acquire once gave up on such a server could not exit at all: it hung
+in Python's exit handler. These workers are daemon threads; one still
+waiting at exit is simply dropped with the process, like the command it was
+sending (its attempt's clean-up, ``bounds.Janitor``, was the server's to
+receive anyway).
+
+Workers start on demand up to ``max_workers`` and exit after ``idle_exit``
+seconds without work. A child of ``fork()`` starts with none (the parent's
+threads, and a lock one of them held, are not in the child).
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_Job = tuple["concurrent.futures.Future[Any]", Callable[..., Any], tuple[Any, ...]]
+
+
+class DaemonPool:
+    """Run calls on daemon worker threads; each answers a ``Future``."""
+
+    def __init__(self, max_workers: int, name: str, idle_exit: float = 30.0) -> None:
+        self.max_workers = max_workers
+        self.name = name
+        self.idle_exit = idle_exit
+        self.reset()
+
+    def reset(self) -> None:
+        """No workers and no jobs: new, or a forked child's."""
+        self._mutex = threading.Lock()
+        self._ready = threading.Condition(self._mutex)
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._idle = 0
+        self._workers = 0
+        self._pid = os.getpid()  # last: another thread may check it meanwhile
+
+    def submit(self, func: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
+        """Queue ``func(*args)``; ``RuntimeError`` when no worker runs and
+        none can start (the process's thread limit; at exit, on Python 3.12)."""
+        if self._pid != os.getpid():  # forked without the hooks (os.fork from C)
+            self.reset()
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._mutex:
+            self._jobs.append((future, func, args))
+            if len(self._jobs) <= self._idle or self._workers >= self.max_workers:
+                self._ready.notify()
+                return future
+            thread = threading.Thread(target=self._work, name=self.name, daemon=True)
+            self._workers += 1  # before it runs: it counts itself out when idle
+            try:
+                thread.start()
+            except RuntimeError:  # "can't start new thread": it never ran
+                self._workers -= 1
+                if self._workers == 0:  # nobody would ever take the job
+                    self._jobs.remove((future, func, args))
+                    raise
+            # (an interrupt inside start() leaves the count: the thread runs)
+        return future
+
+    def workers(self) -> int:
+        """Worker threads alive or starting."""
+        with self._mutex:
+            return self._workers
+
+    def _next(self) -> _Job | None:
+        """The next job; ``None`` once idle for ``idle_exit`` (the worker exits)."""
+        with self._mutex:
+            while not self._jobs:
+                self._idle += 1
+                try:
+                    woken = self._ready.wait(self.idle_exit)
+                finally:
+                    self._idle -= 1
+                if not woken and not self._jobs:
+                    self._workers -= 1
+                    return None
+            return self._jobs.popleft()
+
+    def _work(self) -> None:
+        while True:
+            job = self._next()
+            if job is None:
+                return
+            future, func, args = job
+            job = None  # this frame idles next: it must keep no job alive
+            if future.set_running_or_notify_cancel():
+                try:
+                    result = func(*args)
+                except BaseException as exc:  # the caller's to see, as an executor's
+                    future.set_exception(exc)
+                else:
+                    future.set_result(result)
+            del future, func, args
