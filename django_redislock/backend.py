@@ -125,8 +125,13 @@ def _cache_namespace(alias: str) -> str:
         cache = caches[alias]
     except InvalidCacheBackendError:
         return ""
-    prefix = str(getattr(cache, "key_prefix", "") or "")
-    version = getattr(cache, "version", 1)
+    return cache_suffix(getattr(cache, "key_prefix", ""), getattr(cache, "version", 1))
+
+
+def cache_suffix(prefix: object, version: object) -> str:
+    """What a cache's ``KEY_PREFIX`` and ``VERSION`` add to ``REDISLOCK["KEY_PREFIX"]``
+    (``namespace``): nothing for a cache that sets neither."""
+    prefix = str(prefix or "")
     if not prefix and version in (1, None):
         return ""
     return f":{encode_name(prefix)}:{version}"

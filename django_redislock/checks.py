@@ -6,6 +6,7 @@ cache backends only, so ``manage.py check`` works on a build machine.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -196,6 +197,9 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         problem = _shared_server_problem(redlock) if len(set(redlock)) == len(redlock) else None
         if problem is not None:  # (a repeated alias is E010's)
             messages.append(problem)
+        problem = _namespace_problem(redlock, merged["KEY_PREFIX"])
+        if problem is not None:
+            messages.append(problem)
         problem = _redlock_lease_problem(merged["TIMEOUT"]) if redlock else None
         if problem is not None:
             messages.append(problem)
@@ -227,6 +231,29 @@ def _redlock_lease_problem(timeout: Any) -> CheckMessage | None:
         f"would fail.",
         hint="Leases of seconds are the norm; the default is 30.",
         id=_check_id("E024"),
+    )
+
+
+def _namespace_problem(aliases: Any, key_prefix: Any) -> CheckMessage | None:
+    """REDLOCK aliases whose caches put keys in different namespaces."""
+    from .backend import cache_suffix
+    from .redlock_servers import namespace_clash
+
+    caches = getattr(settings, "CACHES", {})
+    configs = [(a, caches.get(a)) for a in aliases]
+    spaces = {
+        alias: f"{key_prefix}{cache_suffix(config.get('KEY_PREFIX', ''), config.get('VERSION', 1))}"
+        for alias, config in configs
+        if isinstance(config, Mapping)
+    }
+    clash = namespace_clash(spaces) if spaces else None
+    if clash is None:
+        return None
+    return Error(
+        clash,
+        hint="Give every cache in REDISLOCK['REDLOCK'] the same KEY_PREFIX and VERSION "
+        "(or neither).",
+        id=_check_id("E025"),
     )
 
 

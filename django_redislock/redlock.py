@@ -34,7 +34,7 @@ from .protocol import HELD_RESULT, AcquireResult
 from .quorum import MIN_LEASE, QuorumAttempt, check_lease, quorum, too_few_error, too_short
 from .quorum import acquire as quorum_acquire
 from .redlock_holding import RedlockHolding
-from .redlock_servers import check_aliases, key_list, lock_call, servers_for
+from .redlock_servers import check_aliases, key_list, lock_call, namespace_for, servers_for
 from .scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from .state import parse_lock_value
 from .validation import Options, check_name, fixed, wait_budget
@@ -102,7 +102,9 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
     def _servers(self, settings: LockSettings) -> Servers:
         return servers_for(self._aliases(settings))
 
-    def _key_list(self, prefix: str) -> list[str]:
+    def _key_list(self, settings: LockSettings) -> list[str]:
+        """Its keys, in the namespace its caches share (``backend.namespace``)."""
+        prefix = namespace_for(self._aliases(settings), settings.key_prefix)
         cached = self._keys
         if cached is not None and cached[0] == prefix:
             return cached[1]
@@ -132,7 +134,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
 
     def _own_hold_key(self) -> HoldKey:
         settings = get_settings()
-        return self._quorum_key(self._aliases(settings), self._key_list(settings.key_prefix))
+        return self._quorum_key(self._aliases(settings), self._key_list(settings))
 
     def _holding(self) -> RedlockHolding | None:
         """The hold this handle's release, extend, ``owned`` and token apply to."""
@@ -156,7 +158,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         settings = get_settings()
         aliases = self._aliases(settings)
         servers = servers_for(aliases)
-        keys = self._key_list(settings.key_prefix)
+        keys = self._key_list(settings)
         lease = self._lease(settings)
         if self._renewed(settings):  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
@@ -315,7 +317,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
 
     def _states(self) -> list[Any]:
         settings = get_settings()
-        key = self._key_list(settings.key_prefix)[0]
+        key = self._key_list(settings)[0]
         states: list[Any] = []
         for client in self._servers(settings).clients:
             try:

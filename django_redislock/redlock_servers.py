@@ -7,7 +7,10 @@ new ``Redlock`` per request costs no thread start, and it is built anew when
 Django's settings change (``conf.generation``), like ``backend``'s clients.
 
 The servers must fail independently: ``shared_server`` finds two aliases
-whose ``LOCATION`` is one server (check ``E023``, and at first use).
+whose ``LOCATION`` is one server (check ``E023``, and at first use). A
+Redlock's keys are the same on every server, in the namespace of its caches
+(``backend.namespace``), so the caches must agree on one: ``namespace_clash``
+finds two that do not (check ``E025``, and at first use).
 
 Each server runs the same scripts as ``Lock`` (its acquire in ``try`` mode:
 no queue), under its own key parts, so a ``Redlock`` never collides with a
@@ -45,6 +48,22 @@ class _Resolutions:
 
     def __init__(self) -> None:
         self._entry: tuple[int, dict[tuple[str, ...], Servers]] = (-1, {})
+        self._namespaces: tuple[int, dict[tuple[tuple[str, ...], str], str]] = (-1, {})
+
+    def namespace(self, aliases: tuple[str, ...], key_prefix: str) -> str:
+        current = generation()
+        owner, found = self._namespaces
+        if owner != current:
+            found = {}
+            self._namespaces = (current, found)
+        space = found.get((aliases, key_prefix))
+        if space is None:
+            spaces = {alias: backend.namespace(alias, key_prefix) for alias in aliases}
+            clash = namespace_clash(spaces)
+            if clash is not None:
+                raise ImproperlyConfigured(f"(django_redislock.E025) {clash}")
+            space = found[(aliases, key_prefix)] = spaces[aliases[0]]
+        return space
 
     def get(self, aliases: tuple[str, ...]) -> Servers:
         current = generation()
@@ -69,6 +88,30 @@ _resolutions = _Resolutions()
 def servers_for(aliases: tuple[str, ...]) -> Servers:
     """The ``Servers`` of these cache aliases (shared, see the module docstring)."""
     return _resolutions.get(aliases)
+
+
+def namespace_for(aliases: tuple[str, ...], key_prefix: str) -> str:
+    """The namespace of a Redlock's keys: the one its caches share (``E025``
+    when they do not)."""
+    return _resolutions.namespace(aliases, key_prefix)
+
+
+def namespace_clash(spaces: Mapping[str, str]) -> str | None:
+    """Why the caches of a Redlock's aliases (``alias -> namespace``) cannot
+    hold its keys, or ``None``.
+
+    Its keys are one name on every server; caches with different
+    ``KEY_PREFIX`` or ``VERSION`` would each put them elsewhere, and no choice
+    among them would be the one both sites sharing these servers expect."""
+    first, space = next(iter(spaces.items()))
+    for alias, other in spaces.items():
+        if other != space:
+            return (
+                f"Redlock cache aliases {first!r} and {alias!r} have different KEY_PREFIX "
+                f"or VERSION (lock keys under {space!r} and {other!r}); a Redlock's keys are "
+                f"one name on every server, so its caches must share one namespace."
+            )
+    return None
 
 
 def check_aliases(using: object) -> tuple[str, ...] | None:

@@ -170,6 +170,20 @@ def test_redlock_aliases_on_separate_servers_pass_e023() -> None:
     assert check({"REDLOCK": ["s3", "s4", "r1"]}, **socket) == []
 
 
+def test_redlock_aliases_in_different_namespaces_are_an_error_e025() -> None:
+    prefixed = {f"p{i}": {**redis_cache(f"redis://10.0.0.{i}:6379/0"), "KEY_PREFIX": "shop"}
+                for i in (1, 2, 3)}  # fmt: skip
+    assert check({"REDLOCK": list(prefixed)}, **prefixed) == []
+    prefixed["p3"]["VERSION"] = 2
+    messages = check({"REDLOCK": list(prefixed)}, **prefixed)
+    assert ids(messages) == ["django_redislock.E025"]
+    assert "'p1' and 'p3'" in messages[0].msg
+    assert "'redislock:shop:1' and 'redislock:shop:2'" in messages[0].msg
+    messages = check({"REDLOCK": ["r1", "p1", "r2"]}, **prefixed)  # one without a prefix
+    assert ids(messages) == ["django_redislock.E025"]
+    assert "same KEY_PREFIX and VERSION" in str(messages[0].hint)
+
+
 def test_a_default_lease_too_short_for_redlock_is_an_error_e024() -> None:
     messages = check({"REDLOCK": ["r1", "r2", "r3"], "TIMEOUT": 0.005})
     assert ids(messages) == ["django_redislock.E024"]

@@ -251,6 +251,57 @@ def test_does_not_collide_with_a_lock_of_the_same_name(redlock_servers: RedlockS
             pass
 
 
+def test_keys_live_in_the_namespace_of_their_caches(
+    redlock_servers: RedlockServers, other_thread: OtherThread
+) -> None:
+    """Two sites sharing the Redlock servers, told apart by their caches'
+    ``KEY_PREFIX`` (SPEC: lock keys live in the cache's namespace), never
+    share a Redlock; one site's keys carry its prefix and version on every
+    server."""
+
+    def site(prefix: str, version: int = 1) -> Any:
+        caches = redlock_servers.caches(SOCKET_TIMEOUT=1.0, KEY_PREFIX=prefix, VERSION=version)
+        for config in caches.values():
+            config["KEY_PREFIX"], config["VERSION"] = prefix, version
+            del config["OPTIONS"]["KEY_PREFIX"], config["OPTIONS"]["VERSION"]  # type: ignore[index]
+        return override_settings(CACHES=caches, REDISLOCK={"REDLOCK": REDLOCK_ALIASES})
+
+    with site("shop", 2):
+        shop = Redlock("report")
+        assert shop.acquire(blocking=False)
+    key = "redislock:shop:2:{report}:redlock"
+    for server in redlock_servers.servers:
+        with server.client() as client:
+            assert client.exists(key) == 1
+    assert holders(redlock_servers, "report") == [None] * 5  # not the plain prefix
+    with site("blog"):
+        blog = Redlock("report")
+        assert blog.acquire(blocking=False), "the other site's Redlock blocked this one"
+        blog.release()
+    with site("shop", 2):
+        assert refused_elsewhere("report", Redlock, other_thread)
+        shop.release()
+        for server in redlock_servers.servers:
+            with server.client() as client:
+                assert client.exists(key) == 0
+
+
+def test_aliases_whose_caches_disagree_on_a_namespace_are_refused(
+    redlock_servers: RedlockServers,
+) -> None:
+    caches = redlock_servers.caches(SOCKET_TIMEOUT=1.0)
+    caches["redlock2"]["KEY_PREFIX"] = "other"
+    with override_settings(CACHES=caches, REDISLOCK={"REDLOCK": REDLOCK_ALIASES}):
+        with pytest.raises(ImproperlyConfigured, match=r"E025.*'redlock0' and 'redlock2'"):
+            Redlock("split").acquire()
+        agreeing = Redlock("split", using=["redlock0", "redlock1", "redlock3"])
+        assert agreeing.acquire()
+        for index, server in enumerate(redlock_servers.servers):
+            with server.client() as client:
+                assert client.exists(KEY.format("split")) == (index in (0, 1, 3))
+        agreeing.release()
+
+
 def test_configuration_errors(redlock_servers: RedlockServers) -> None:
     with override_settings(REDISLOCK={}), pytest.raises(ImproperlyConfigured, match="at least 3"):
         Redlock("c").acquire()
