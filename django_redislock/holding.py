@@ -286,3 +286,23 @@ class Holding:
         """Stop renewing; the holding is over, however it ended."""
         self.active = False
         watchdog.unwatch(self)
+
+    def __del__(self) -> None:
+        """Every handle that took this hold was dropped without a release
+        (``Lock("x").acquire()`` on an object nobody keeps, a thread or task
+        that ended holding): nobody renews or releases it now, and the lease
+        will free the name with no ``lock_lost`` to tell anyone. Say so once,
+        as asyncio does for a task destroyed while pending."""
+        try:
+            if self.active and self.lost is None and self.pid == current_pid():
+                logger.warning(
+                    "%s %r held by %s was dropped without a release: it is renewed no "
+                    "more, and its lease frees it within %.1f s. Keep the object until "
+                    "release(), or use `with`.",
+                    self.kind,
+                    self.name,
+                    self.holder,
+                    max(self.lease_deadline - time.monotonic(), 0.0),
+                )
+        except Exception:  # interpreter shutdown: the module's globals may be gone
+            pass

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import logging
 import math
+import re
 import threading
 import time
 
@@ -193,20 +195,49 @@ def test_a_lapsed_hold_is_not_carried_into_later_work(redis_client: redis.Redis)
         pass
 
 
-def test_a_dropped_hold_stops_renewal_and_is_forgotten(redis_client: redis.Redis) -> None:
+def test_a_dropped_hold_stops_renewal_and_is_forgotten(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
     import gc
 
     from django_redislock.watchdog import watchdog
 
+    caplog.set_level(logging.WARNING, logger="django_redislock")
     lock = Lock("dropped", timeout=30)  # no renewal due while the test runs
     lock.acquire()
     assert watchdog.watching() == 1
     del lock
     gc.collect()
     assert watchdog.watching() == 0  # renewal stopped: the lease runs out
+    # ... and the user is told, with the name and how long the lease has left
+    (record,) = [r for r in caplog.records if "dropped without a release" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "lock 'dropped' held by " in message
+    assert re.search(r"frees it within (29|30)\.\d s", message), message
     assert redis_client.pttl("redislock:{dropped}:lock") > 0
     with pytest.raises(LockNotOwnedError):
         Lock("dropped").release()  # no handle, no hold: the thread forgot it
+
+
+def test_holds_released_or_lost_are_dropped_quietly(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Only a hold nobody released is reported when dropped: not one released,
+    nor one whose loss was already reported."""
+    import gc
+
+    caplog.set_level(logging.WARNING, logger="django_redislock")
+    with Lock("quiet-released"):
+        pass
+    lost = Lock("quiet-lost", timeout=30)
+    lost.acquire()
+    redis_client.delete("redislock:{quiet-lost}:lock")
+    with pytest.raises(LockLostError):
+        lost.release()
+    del lost
+    gc.collect()
+    assert not [r for r in caplog.records if "dropped without a release" in r.getMessage()]
 
 
 def test_a_hold_dropped_after_a_renewal_is_not_kept_alive_by_the_watchdog(
