@@ -36,6 +36,7 @@ from __future__ import annotations
 import atexit
 import collections
 import concurrent.futures
+import inspect
 import logging
 import math
 import os
@@ -114,13 +115,38 @@ class Bound:
 
 
 def own_socket_timeout(client: Any) -> float:
-    """The client's configured socket timeout; infinite when it has none."""
+    """The socket timeout of the client's connections; infinite when they have none."""
     pool = getattr(client, "connection_pool", None)
     if pool is None:  # Redis Cluster: the node kwargs live on its nodes manager
         pool = getattr(client, "nodes_manager", None)
     kwargs = getattr(pool, "connection_kwargs", None) or {}
-    timeout = kwargs.get("socket_timeout")
+    if "socket_timeout" in kwargs:
+        timeout = kwargs["socket_timeout"]
+    else:
+        connection_class = getattr(pool, "connection_class", None)
+        timeout = default_socket_timeout(connection_class or kwargs.get("connection_class"))
     return float(timeout) if timeout else math.inf
+
+
+def default_socket_timeout(connection_class: Any) -> float | None:
+    """What a connection of this class times out after when it is given no
+    ``socket_timeout``: redis-py 8 gives 5 s, earlier versions none. Read
+    from its constructor's signature, so it follows redis-py (and a
+    connection class of one's own) rather than a table of versions."""
+    for cls in getattr(connection_class or redis.Connection, "__mro__", ()):
+        init = cls.__dict__.get("__init__")
+        if init is None:
+            continue
+        try:
+            parameter = inspect.signature(init).parameters.get("socket_timeout")
+        except (TypeError, ValueError):
+            continue
+        if parameter is not None:
+            default = parameter.default
+            if isinstance(default, bool) or not isinstance(default, int | float):
+                return None
+            return float(default) if default > 0 else None
+    return None
 
 
 def _sibling(client: Any, seconds: float) -> Any | None:

@@ -88,10 +88,17 @@ def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
         suggestion = ", ".join(f"{k!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
     if not missing:
         return None
+    from .bounds import default_socket_timeout
+
+    default = default_socket_timeout(None)
+    until = (
+        f"for redis-py's default of {default:g} s per command"
+        if default
+        else "until the operating system gives up on the connection"
+    )
     return Warning(
         f"Cache {alias!r}, which the locks use, sets no {' and no '.join(missing)}: a hung "
-        f"Redis would block requests, releases and its renewals until the operating "
-        f"system gives up on the connection.",
+        f"Redis would block requests, releases and its renewals {until}.",
         hint=f"Add to its OPTIONS: {{{suggestion}}} (seconds).",
         id=_check_id("W002"),
     )

@@ -7,12 +7,14 @@ import concurrent.futures
 import math
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
 
 from django_redislock import bounds
 from django_redislock.protocol import Call
+from tests.servers import free_port
 
 
 @pytest.mark.parametrize(
@@ -70,7 +72,37 @@ def test_a_pool_without_a_plain_sibling_is_bounded_on_asyncio_only() -> None:
     client = redis.Redis(connection_pool=CustomPool())
     bound = bounds.Siblings().get(client, 1.0)
     assert bound is not None and bound.client is None and bound.seconds == 1.0
-    assert bounds.own_socket_timeout(client) == math.inf
+    assert bounds.own_socket_timeout(client) == made_timeout(client)
+
+
+def made_timeout(client: redis.Redis) -> float:
+    """The socket timeout a connection of ``client``'s pool really gets."""
+    connection = client.connection_pool.make_connection()
+    try:
+        return connection.socket_timeout or math.inf
+    finally:
+        connection.disconnect()
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"socket_timeout": None}, {"socket_timeout": 2.5}], ids=["unset", "none", "2.5"]
+)
+def test_own_socket_timeout_is_what_the_connections_get(kwargs: dict[str, Any]) -> None:
+    """redis-py 8 gives a connection 5 s when no socket_timeout is passed;
+    earlier versions none. Either way, what a connection really gets."""
+    client = redis.Redis(port=free_port(), **kwargs)
+    assert bounds.own_socket_timeout(client) == made_timeout(client)
+    if "socket_timeout" in kwargs:
+        assert bounds.own_socket_timeout(client) == (kwargs["socket_timeout"] or math.inf)
+
+
+def test_a_connection_class_of_ones_own_has_its_default_read_from_its_signature() -> None:
+    class Patient(redis.Connection):
+        def __init__(self, *args: Any, socket_timeout: float | None = 42.0, **kw: Any) -> None:
+            super().__init__(*args, socket_timeout=socket_timeout, **kw)
+
+    client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=Patient))
+    assert bounds.own_socket_timeout(client) == made_timeout(client) == 42.0
 
 
 def test_a_worker_answers_or_times_out_without_waiting_for_the_command() -> None:
