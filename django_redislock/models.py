@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
@@ -138,7 +139,7 @@ class InventoryMixin(models.Model):
         enough, ``LockTimeout`` when the lock cannot be had in time, and
         ``ValueError`` for a quantity that is not a positive int.
         """
-        quantity = check_quantity(quantity)
+        quantity = type(self)._check_quantity(quantity)
         pk = self._require_pk()
         left = type(self)._deduct({pk: quantity}, self._inventory_db(self))[pk]
         setattr(self, self.stock_field, left)
@@ -176,17 +177,47 @@ class InventoryMixin(models.Model):
                 pk = cls._to_pk(item)
             if pk in quantities:
                 raise ValueError(f"cart names {cls.__name__} {pk!r} more than once.")
-            quantities[pk] = check_quantity(quantity, f"quantity of {cls.__name__} {pk!r}")
-        left = cls._deduct(quantities, cls._inventory_db())
+            quantities[pk] = cls._check_quantity(quantity, f"quantity of {cls.__name__} {pk!r}")
+        left = cls._deduct(quantities, cls._cart_db(instances))
         for instance in instances:
             setattr(instance, cls.stock_field, left[instance.pk])
         return left
+
+    @classmethod
+    def _cart_db(cls, instances: list[InventoryMixin]) -> str:
+        """The database of a cart: that of its instances (routed as ``deduct()``
+        routes one), which must be one; the router's default for bare keys."""
+        found = sorted({cls._inventory_db(instance) for instance in instances})
+        if len(found) > 1:
+            raise ValueError(
+                f"cart holds {cls.__name__} instances of databases {found[0]!r} and "
+                f"{found[1]!r}; deduct each database's items separately."
+            )
+        return found[0] if found else cls._inventory_db()
+
+    @classmethod
+    def _check_quantity(cls, quantity: object, argument: str = "quantity") -> int:
+        """A positive int the stock field can hold (its validators' range on
+        this database): a larger one is an overflow inside the transaction."""
+        quantity = check_quantity(quantity, argument)
+        field = cls._meta.get_field(cls.stock_field)
+        try:
+            if isinstance(field, models.Field):
+                field.run_validators(quantity)
+        except ValidationError as exc:
+            raise ValueError(
+                f"{argument} {quantity!r} is out of range for {cls.__name__}."
+                f"{cls.stock_field}: {' '.join(exc.messages)}"
+            ) from exc
+        return quantity
 
     @classmethod
     def _to_pk(cls, value: object) -> Any:
         field = cls._meta.pk
         if field is None:  # pragma: no cover - concrete models always have one
             return value
+        if isinstance(value, bool | float | Decimal):  # to_python would truncate them
+            raise ValueError(f"cart key {value!r} is not a {cls.__name__} nor its primary key.")
         try:
             return field.to_python(value)
         except ValidationError as exc:
@@ -251,7 +282,7 @@ class InventoryMixin(models.Model):
         Needs no lock: ``stock = stock + q`` is atomic in the database and can
         never oversell; a deduction waiting for the row sees the new figure.
         """
-        quantity = check_quantity(quantity)
+        quantity = type(self)._check_quantity(quantity)
         pk = self._require_pk()
         field = self.stock_field
         using = self._inventory_db(self)

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import contextlib
+from decimal import Decimal
 from typing import Any
 
 import pytest
 import redis
 from django.db import transaction
+from django.utils.connection import ConnectionDoesNotExist
 
 from django_redislock import InsufficientStock, Lock, LockTimeout, transactions
 from django_redislock import models as inventory
@@ -60,6 +62,42 @@ def test_bad_quantities_are_value_errors(quantity: Any) -> None:
     with pytest.raises(ValueError, match="quantity must be a positive int"):
         item.restock(quantity)
     assert stock(item) == 5
+
+
+def test_a_quantity_the_stock_field_cannot_hold_is_a_value_error() -> None:
+    """Not an OverflowError (SQLite) or DataError (PostgreSQL) from inside the
+    transaction: the field's range on this database, checked first."""
+    item = Item.objects.create(stock=5)
+    with pytest.raises(ValueError, match=r"quantity 10{20} is out of range for Item\.stock"):
+        item.deduct(10**20)
+    with pytest.raises(ValueError, match="out of range"):
+        item.restock(10**20)
+    with pytest.raises(ValueError, match=r"quantity of Item \d+ 10{20} is out of range"):
+        Item.deduct_many({item: 10**20})
+    assert stock(item) == 5
+
+
+def test_cart_keys_that_only_look_like_a_primary_key_are_refused() -> None:
+    """``IntegerField.to_python`` makes ``True`` and ``1.9`` into 1: a cart
+    naming them must not deduct item 1."""
+    item = Item.objects.create(stock=5)
+    for key in (True, float(item.pk) + 0.9, Decimal(item.pk)):
+        with pytest.raises(ValueError, match="nor its primary key"):
+            Item.deduct_many({key: 1})
+    assert stock(item) == 5
+
+
+def test_a_cart_is_deducted_on_its_instances_database() -> None:
+    """As ``deduct()`` routes an instance: the cart of an instance read from
+    another database goes there, not to the router's default; instances of
+    two databases are refused."""
+    here, elsewhere = Item.objects.create(stock=5), Item.objects.create(stock=5)
+    elsewhere._state.db = "other"  # as Item.objects.using("other") would have loaded it
+    with pytest.raises(ValueError, match="databases 'default' and 'other'"):
+        Item.deduct_many({here: 1, elsewhere: 1})
+    with pytest.raises(ConnectionDoesNotExist, match="other"):  # routed there, not to default
+        Item.deduct_many({elsewhere: 1})
+    assert stock(here) == 5 and stock(elsewhere) == 5
 
 
 def test_unsaved_item_is_refused() -> None:
