@@ -18,7 +18,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .exceptions import LockError
+from .exceptions import LockBackendError, LockError, LockLostError
 from .locks import Lock
 from .multilock import MultiLock
 
@@ -33,12 +33,19 @@ class _Handed:
     ``ATOMIC_REQUESTS`` on two databases runs inside both transactions, and
     its writes to either are uncommitted until that one ends."""
 
-    __slots__ = ("lock", "owners")
+    __slots__ = ("lock", "owners", "strict")
 
-    def __init__(self, lock: Lock, owners: list[TransactionLocks]) -> None:
+    def __init__(self, lock: Lock, owners: list[TransactionLocks], *, strict: bool = False) -> None:
         self.lock = lock
         #: The transactions it was handed to that have not ended yet.
         self.owners = owners
+        #: Whether the transaction must not commit once the lease is known
+        #: lost (``@require_lock``'s writes have no guard of their own).
+        self.strict = strict
+
+    def lost(self) -> bool:
+        holding = self.lock._holding()
+        return self.strict and holding is not None and holding.lost is not None
 
     def end(self, owner: TransactionLocks, *, now: bool = False) -> bool:
         """``owner``'s transaction ended (``now``: release it whatever the
@@ -71,8 +78,11 @@ class TransactionLocks:
         self.connection = connection
         #: One entry per hold handed over, ended in reverse order.
         self.locks: list[_Handed] = []
-        for method in ("commit", "rollback"):
-            setattr(connection, method, self._after(getattr(connection, method), final=False))
+        rollback = connection.rollback
+        connection.commit = self._after(  # type: ignore[method-assign]
+            self._unless_lost(connection.commit, rollback), final=False
+        )
+        connection.rollback = self._after(rollback, final=False)  # type: ignore[method-assign]
         connection.close = self._after(connection.close, final=True)  # type: ignore[method-assign]
 
     @classmethod
@@ -82,6 +92,27 @@ class TransactionLocks:
             holds = cls(connection)
             setattr(connection, _HOLDS_ATTRIBUTE, holds)
         return holds
+
+    def _unless_lost(
+        self, commit: Callable[..., Any], rollback: Callable[..., Any]
+    ) -> Callable[..., Any]:
+        """The commit, unless a ``@require_lock`` hold handed to this
+        transaction is known lost: then its writes were made while another
+        holder could make its own, so roll back and raise ``LockLostError``
+        (``atomic`` rolls back only on a ``DatabaseError`` from the commit)."""
+
+        @functools.wraps(commit)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            lost = [entry for entry in self.locks if entry.lost()]
+            if not lost or self.connection.in_atomic_block:
+                return commit(*args, **kwargs)
+            rollback()
+            lock = lost[0].lock
+            holding = lock._holding()
+            assert holding is not None  # lost() found it
+            raise lock._lost(holding)
+
+        return wrapper
 
     def _after(self, method: Callable[..., Any], *, final: bool) -> Callable[..., Any]:
         @functools.wraps(method)
@@ -120,22 +151,42 @@ class TransactionLocks:
         self.locks.extend(_Handed(lock, [self]) for lock in locks)
 
 
+def _in_transaction(connection: BaseDatabaseWrapper) -> bool:
+    """In an atomic block, or connected with autocommit off (``set_autocommit(False)``,
+    committed by hand): either way the writes are not committed yet."""
+    if connection.in_atomic_block:
+        return True
+    return connection.connection is not None and not connection.get_autocommit()
+
+
 def hand_over(lock: Lock) -> bool:
     """Hand one level of the current thread's hold through ``lock`` to the open
-    transactions (of every connection in an atomic block), the last of which
-    to end releases it after its commit or rollback. ``False``, to release
-    now, when no transaction is open or one already holds the name until its
-    end."""
+    transactions (of every connection in an atomic block or with autocommit
+    off), the last of which to end releases it after its commit or rollback.
+    ``False``, to release now, when no transaction is open or one already
+    holds the name until its end.
+
+    The hold is confirmed first (one round trip, which also renews it), as a
+    release would have been: leaving with a lease already lost raises
+    ``LockLostError`` into the transaction, which rolls back its writes. And
+    a transaction whose hold is found lost later does not commit (see
+    ``TransactionLocks._unless_lost``)."""
     if lock.fencing_token is None:  # the current thread holds nothing through it
         return False
     open_ = [
         TransactionLocks.of(connection)
         for connection in connections.all(initialized_only=True)
-        if connection.in_atomic_block
+        if _in_transaction(connection)
     ]
     if not open_ or any(holds.holds(lock) for holds in open_):
         return False
-    handed = _Handed(lock, open_)
+    try:
+        lock.extend()
+    except LockLostError:
+        return False  # released now: that release reports the loss (LockLostError)
+    except LockBackendError as exc:  # unconfirmed: the watchdog will tell
+        logger.warning("Could not confirm %r before the commit: %s", lock.name, exc)
+    handed = _Handed(lock, open_, strict=True)
     for holds in open_:
         holds.locks.append(handed)
     return True

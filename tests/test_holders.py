@@ -7,6 +7,7 @@ transaction.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,7 +18,8 @@ import redis
 from django.db import transaction
 from django.test import Client, override_settings
 
-from django_redislock import Lock, LockNotOwnedError, Semaphore, require_lock
+from django_redislock import Lock, LockLostError, LockNotOwnedError, Semaphore, require_lock
+from django_redislock import signals as lock_signals
 from tests.holders import OtherThread, refused_elsewhere
 from tests.models import Item
 from tests.test_lock_waits import wait_for_queue
@@ -380,3 +382,74 @@ def test_a_failed_inner_release_still_leaves_its_level(
     assert lost
     assert not redis_client.exists("redislock:{inner-reply-lost}:lock")
     assert not lock.owned()
+
+
+# @require_lock's writes have no guard of their own: a transaction whose hold is
+# lost must not commit them (found by a review, reproduced on SQLite and PostgreSQL)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_leaving_a_transaction_with_a_lost_lease_raises_and_rolls_back(
+    redis_client: redis.Redis,
+) -> None:
+    item = Item.objects.create(stock=5, title="before")
+
+    @require_lock("retitle:<pk>")
+    def retitle(pk: int) -> None:
+        redis_client.delete(f"redislock:{{retitle:{pk}}}:lock")  # an operator, a failover
+        Item.objects.filter(pk=pk).update(title="written without the lock")
+
+    with pytest.raises(LockLostError), transaction.atomic():
+        retitle(item.pk)
+    item.refresh_from_db()
+    assert item.title == "before"
+    assert not Lock(f"retitle:{item.pk}").locked()
+    with pytest.raises(LockNotOwnedError):
+        Lock(f"retitle:{item.pk}").release()  # nothing left in the thread
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_transaction_whose_hold_is_found_lost_before_its_commit_rolls_back(
+    redis_client: redis.Redis,
+) -> None:
+    item = Item.objects.create(stock=5, title="before")
+
+    @require_lock("retitle:<pk>", timeout=0.6)
+    def retitle(pk: int) -> None:
+        Item.objects.filter(pk=pk).update(title="committed after the loss")
+
+    lost = threading.Event()
+
+    def reported(sender: object, **kwargs: Any) -> None:
+        lost.set()
+
+    lock_signals.lock_lost.connect(reported, weak=False)
+    try:
+        with pytest.raises(LockLostError), transaction.atomic():
+            retitle(item.pk)  # confirmed and handed to the transaction
+            assert refused_elsewhere(f"retitle:{item.pk}")
+            redis_client.delete(f"redislock:{{retitle:{item.pk}}}:lock")
+            assert lost.wait(10), "the watchdog's next renewal never reported the loss"
+    finally:
+        lock_signals.lock_lost.disconnect(reported)
+    item.refresh_from_db()
+    assert item.title == "before"
+    assert not Lock(f"retitle:{item.pk}").locked()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_manual_transaction_keeps_the_hold_until_its_commit() -> None:
+    item = Item.objects.create(stock=5)
+
+    @require_lock("retitle:<pk>")
+    def retitle(pk: int) -> None:
+        Item.objects.filter(pk=pk).update(title="not committed yet")
+
+    transaction.set_autocommit(False)
+    try:
+        retitle(item.pk)
+        assert refused_elsewhere(f"retitle:{item.pk}"), "free before the commit"
+        transaction.commit()
+        assert not refused_elsewhere(f"retitle:{item.pk}")
+    finally:
+        transaction.set_autocommit(True)
