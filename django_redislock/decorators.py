@@ -321,7 +321,10 @@ class _Guard:
             result = self.func(*args, **kwargs)
         except BaseException as exc:
             try:
-                lock.__exit__(type(exc), exc, exc.__traceback__)
+                # in a transaction its writes may still commit (a caller that
+                # catches the error): held until it ends, as after a return
+                if not hand_over(lock, confirm=False):
+                    lock.__exit__(type(exc), exc, exc.__traceback__)
             except LockBackendError as release_exc:
                 _release_failed(name, release_exc)  # the original error goes on
             raise

@@ -159,7 +159,7 @@ def _in_transaction(connection: BaseDatabaseWrapper) -> bool:
     return connection.connection is not None and not connection.get_autocommit()
 
 
-def hand_over(lock: Lock) -> bool:
+def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
     """Hand one level of the current thread's hold through ``lock`` to the open
     transactions (of every connection in an atomic block or with autocommit
     off), the last of which to end releases it after its commit or rollback.
@@ -170,7 +170,8 @@ def hand_over(lock: Lock) -> bool:
     release would have been: leaving with a lease already lost raises
     ``LockLostError`` into the transaction, which rolls back its writes. And
     a transaction whose hold is found lost later does not commit (see
-    ``TransactionLocks._unless_lost``)."""
+    ``TransactionLocks._unless_lost``). Not ``confirm``: no round trip (the
+    function raised; its exception, not a loss, is what goes on)."""
     if lock.fencing_token is None:  # the current thread holds nothing through it
         return False
     open_ = [
@@ -181,7 +182,8 @@ def hand_over(lock: Lock) -> bool:
     if not open_ or any(holds.holds(lock) for holds in open_):
         return False
     try:
-        lock.extend()
+        if confirm:
+            lock.extend()
     except LockLostError:
         return False  # released now: that release reports the loss (LockLostError)
     except LockBackendError as exc:  # unconfirmed: the watchdog will tell

@@ -453,3 +453,28 @@ def test_a_manual_transaction_keeps_the_hold_until_its_commit() -> None:
         assert not refused_elsewhere(f"retitle:{item.pk}")
     finally:
         transaction.set_autocommit(True)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_that_raises_in_a_transaction_holds_until_the_transaction_ends() -> None:
+    """Its writes may still commit (the caller catches the error and goes on):
+    released at the return, the next holder would read the row before them
+    and overwrite them."""
+    item = Item.objects.create(stock=5)
+
+    @require_lock("retitle:<pk>")
+    def retitle(pk: int) -> None:
+        Item.objects.filter(pk=pk).update(title="half done")
+        raise RuntimeError("the second half failed")
+
+    with transaction.atomic():
+        with pytest.raises(RuntimeError):
+            retitle(item.pk)
+        assert refused_elsewhere(f"retitle:{item.pk}"), "free while the write is uncommitted"
+    assert not refused_elsewhere(f"retitle:{item.pk}")
+    with pytest.raises(RuntimeError), transaction.atomic():  # the usual case: rolled back
+        retitle(item.pk)
+    assert not refused_elsewhere(f"retitle:{item.pk}")
+    with pytest.raises(RuntimeError):
+        retitle(item.pk)  # no transaction: released at once
+    assert not refused_elsewhere(f"retitle:{item.pk}")
