@@ -16,6 +16,7 @@ import logging
 import os
 import secrets
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Sequence
@@ -290,19 +291,18 @@ class Holding:
     def __del__(self) -> None:
         """Every handle that took this hold was dropped without a release
         (``Lock("x").acquire()`` on an object nobody keeps, a thread or task
-        that ended holding): nobody renews or releases it now, and the lease
-        will free the name with no ``lock_lost`` to tell anyone. Say so once,
-        as asyncio does for a task destroyed while pending."""
+        that ended holding) while the watchdog renewed it: nothing renews or
+        releases it now, and the lease will free the name with no
+        ``lock_lost`` to tell anyone. ``watchdog.dropped`` reports it, later
+        and elsewhere: this runs wherever the collector happens to run (a
+        dying thread, inside a logging handler), so it only queues."""
         try:
-            if self.active and self.lost is None and self.pid == current_pid():
-                logger.warning(
-                    "%s %r held by %s was dropped without a release: it is renewed no "
-                    "more, and its lease frees it within %.1f s. Keep the object until "
-                    "release(), or use `with`.",
-                    self.kind,
-                    self.name,
-                    self.holder,
-                    max(self.lease_deadline - time.monotonic(), 0.0),
-                )
+            if (
+                self.active
+                and self.lost is None
+                and self.pid == current_pid()
+                and not sys.is_finalizing()
+            ):
+                watchdog.dropped(self, (self.kind, self.name, self.holder, self.lease_deadline))
         except Exception:  # interpreter shutdown: the module's globals may be gone
             pass

@@ -58,6 +58,7 @@ class _Resolutions:
             self._namespaces = (current, found)
         space = found.get((aliases, key_prefix))
         if space is None:
+            self.get(aliases)  # an unknown alias is E003, not a namespace of ""
             spaces = {alias: backend.namespace(alias, key_prefix) for alias in aliases}
             clash = namespace_clash(spaces)
             if clash is not None:

@@ -70,7 +70,7 @@ def forget_pools(port: int) -> None:
     this one, with the earlier test's pool class and timeouts."""
     from django_redis.pool import ConnectionFactory
 
-    for url in [u for u in ConnectionFactory._pools if f":{port}/" in u]:
+    for url in [u for u in list(ConnectionFactory._pools) if f":{port}/" in u]:
         ConnectionFactory._pools.pop(url).disconnect()
 
 

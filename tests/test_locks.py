@@ -5,6 +5,7 @@ import math
 import re
 import threading
 import time
+from typing import Any
 
 import pytest
 import redis
@@ -195,6 +196,10 @@ def test_a_lapsed_hold_is_not_carried_into_later_work(redis_client: redis.Redis)
         pass
 
 
+def dropped_reports(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if "dropped without a release" in r.getMessage()]
+
+
 def test_a_dropped_hold_stops_renewal_and_is_forgotten(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -209,35 +214,84 @@ def test_a_dropped_hold_stops_renewal_and_is_forgotten(
     del lock
     gc.collect()
     assert watchdog.watching() == 0  # renewal stopped: the lease runs out
-    # ... and the user is told, with the name and how long the lease has left
-    (record,) = [r for r in caplog.records if "dropped without a release" in r.getMessage()]
-    assert record.levelno == logging.WARNING
-    message = record.getMessage()
-    assert "lock 'dropped' held by " in message
-    assert re.search(r"frees it within (29|30)\.\d s", message), message
     assert redis_client.pttl("redislock:{dropped}:lock") > 0
     with pytest.raises(LockNotOwnedError):
         Lock("dropped").release()  # no handle, no hold: the thread forgot it
+    with Lock("dropped-next"):  # the next acquire reports it, in its own thread
+        pass
+    (record,) = dropped_reports(caplog)
+    assert record.levelno == logging.WARNING
+    assert record.threadName == threading.current_thread().name
+    message = record.getMessage()
+    assert "lock 'dropped' held by " in message
+    assert re.search(r"frees it within (29|30)\.\d s", message), message
 
 
-def test_holds_released_or_lost_are_dropped_quietly(
+def test_a_thread_that_ends_holding_is_reported_by_the_watchdog(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Reported from the watchdog's side, not from the dying thread (where
+    logging would make ``threading`` invent a dummy thread for it)."""
+    import gc
+
+    reported = threading.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "dropped without a release" in record.getMessage():
+                reported.set()
+
+    caplog.set_level(logging.WARNING, logger="django_redislock")
+    seen = Seen()
+    logging.getLogger("django_redislock").addHandler(seen)
+    try:
+        keeper = Lock("other-alive", timeout=0.9)  # keeps the scheduler passing
+        keeper.acquire()
+        worker = threading.Thread(target=lambda: Lock("ended", timeout=30).acquire() and None)
+        worker.start()
+        worker.join()
+        gc.collect()
+        assert reported.wait(10), "never reported"
+        keeper.release()
+    finally:
+        logging.getLogger("django_redislock").removeHandler(seen)
+    (record,) = dropped_reports(caplog)
+    assert "lock 'ended'" in record.getMessage()
+    assert not [t for t in threading.enumerate() if t.name.startswith("Dummy")]
+
+
+def test_holds_released_lost_or_unrenewed_are_dropped_quietly(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Only a hold nobody released is reported when dropped: not one released,
-    nor one whose loss was already reported."""
+    """Only a hold the watchdog still renewed is reported when dropped: not
+    one released, nor one whose loss the watchdog already reported, nor one
+    nothing renewed (``auto_renew=False``: its lease was the plan)."""
     import gc
 
     caplog.set_level(logging.WARNING, logger="django_redislock")
     with Lock("quiet-released"):
         pass
-    lost = Lock("quiet-lost", timeout=30)
-    lost.acquire()
-    redis_client.delete("redislock:{quiet-lost}:lock")
-    with pytest.raises(LockLostError):
-        lost.release()
-    del lost
+    lost = threading.Event()
+
+    def on_lost(sender: object, **kwargs: Any) -> None:
+        lost.set()
+
+    lock_signals.lock_lost.connect(on_lost, weak=False)
+    try:
+        gone = Lock("quiet-lost", timeout=0.6)
+        gone.acquire()
+        redis_client.delete("redislock:{quiet-lost}:lock")
+        assert lost.wait(10), "the watchdog never reported the loss"
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+    del gone
+    planned = Lock("quiet-unrenewed", timeout=3600, auto_renew=False)
+    assert planned.acquire(blocking=False)
+    del planned
     gc.collect()
-    assert not [r for r in caplog.records if "dropped without a release" in r.getMessage()]
+    with Lock("quiet-next"):  # where a report would be logged
+        pass
+    assert not dropped_reports(caplog)
 
 
 def test_a_hold_dropped_after_a_renewal_is_not_kept_alive_by_the_watchdog(
@@ -425,3 +479,25 @@ def test_the_decoded_mode_hands_out_decoded_connections(responses: str) -> None:
         assert isinstance(
             client.get("redislock:{mode}:lock"), str if responses == "decoded" else bytes
         )
+
+
+def test_a_task_that_ends_holding_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    import asyncio
+    import gc
+
+    from django_redislock import AsyncLock
+
+    caplog.set_level(logging.WARNING, logger="django_redislock")
+
+    async def job() -> None:
+        await AsyncLock("task-ended", timeout=30).acquire()
+
+    async def main() -> None:
+        await asyncio.create_task(job())  # the task ends holding
+
+    asyncio.run(main())
+    gc.collect()
+    with Lock("task-ended-next"):
+        pass
+    (record,) = dropped_reports(caplog)
+    assert "lock 'task-ended'" in record.getMessage()

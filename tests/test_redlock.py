@@ -302,6 +302,19 @@ def test_aliases_whose_caches_disagree_on_a_namespace_are_refused(
         agreeing.release()
 
 
+def test_an_alias_missing_from_caches_is_named_as_such(redlock_servers: RedlockServers) -> None:
+    """Not as a namespace clash with the caches that exist (E025)."""
+    caches = redlock_servers.caches(SOCKET_TIMEOUT=1.0)
+    for config in caches.values():
+        config["KEY_PREFIX"] = "site"
+    del caches["redlock2"]
+    with override_settings(CACHES=caches, REDISLOCK={"REDLOCK": REDLOCK_ALIASES}):
+        for call in (Redlock("gone").acquire, Redlock("gone").locked, Redlock("gone").owned):
+            with pytest.raises(ImproperlyConfigured, match="redlock2") as info:
+                call()
+            assert "E025" not in str(info.value)
+
+
 def test_configuration_errors(redlock_servers: RedlockServers) -> None:
     with override_settings(REDISLOCK={}), pytest.raises(ImproperlyConfigured, match="at least 3"):
         Redlock("c").acquire()
