@@ -478,3 +478,19 @@ def test_a_call_that_raises_in_a_transaction_holds_until_the_transaction_ends() 
     with pytest.raises(RuntimeError):
         retitle(item.pk)  # no transaction: released at once
     assert not refused_elsewhere(f"retitle:{item.pk}")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_on_commit_callbacks_run_after_the_release() -> None:
+    """As docs/decorators.md says: work that needs the lock belongs in the
+    function, not in an ``on_commit``."""
+    seen: list[bool] = []
+
+    @require_lock("notify:<pk>")
+    def notify(pk: int) -> None:
+        transaction.on_commit(lambda: seen.append(refused_elsewhere(f"notify:{pk}")))
+
+    with transaction.atomic():
+        notify(1)
+        assert refused_elsewhere("notify:1")
+    assert seen == [False]
