@@ -42,6 +42,10 @@ __all__ = ["HeldLock", "InsufficientStock", "InventoryMixin"]
 logger = logging.getLogger(__name__)
 
 
+#: No database's integer column holds more (a signed 64-bit integer).
+MAX_QUANTITY = 2**63 - 1
+
+
 def check_quantity(quantity: object, argument: str = "quantity") -> int:
     if isinstance(quantity, bool) or not isinstance(quantity, int):
         raise ValueError(
@@ -202,6 +206,8 @@ class InventoryMixin(models.Model):
         quantity = check_quantity(quantity, argument)
         field = cls._meta.get_field(cls.stock_field)
         try:
+            if quantity > MAX_QUANTITY:  # Django 4.2 gives SQLite's fields no range
+                raise ValidationError(f"Ensure this value is at most {MAX_QUANTITY}.")
             if isinstance(field, models.Field):
                 field.run_validators(quantity)
         except ValidationError as exc:
