@@ -145,6 +145,8 @@ class TransactionLocks:
             except LockError as exc:
                 released += 1
                 logger.warning("Releasing %r after the transaction ended: %s", entry.lock.name, exc)
+            except Exception:  # the holds after it must still be released
+                logger.exception("Releasing %r after the transaction ended", entry.lock.name)
         return released
 
     def hold(self, locks: Iterable[Lock]) -> None:

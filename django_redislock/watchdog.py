@@ -4,7 +4,8 @@ Its scheduler thread is started by the first ``watch`` and exits after it has
 had nothing to renew for ``IDLE_EXIT`` seconds, so a hot acquire/release loop
 never starts a thread per acquire, and an idle process keeps no thread. It
 holds only weak references: a holding whose primitive was dropped without
-release stops being renewed and its lease runs out, as if its process had died.
+release stops being renewed and its lease runs out, as if its process had died
+(and is reported: ``dropped``).
 
 The scheduler decides when a lease is due; the renewal itself is sent from a
 lane, one thread per connection pool the leases are held on (``Renewable.lane``:
@@ -13,19 +14,17 @@ a cache alias's server, a Redlock's set of servers), which exits after
 renewals of the leases held on it, never those held elsewhere: with one thread
 renewing in turn, a renewal stuck on one server until its socket timeout left
 every other lease of the process unrenewed, and they lapsed. A lane that
-cannot start is not fatal: its renewal is sent from the scheduler, as all were
-before lanes.
+cannot start is not fatal: its renewal is sent from the scheduler.
 
 A renewal that finds the lease no longer ours, or cannot reach Redis before
 the lease would have ended, marks the holding lost and sends ``lock_lost``; so
 does one still unanswered when the lease ends as the holder measures it (a
 server that hangs, a connection without a socket timeout).
-A failed renewal is retried only while another attempt, up to twice as slow as
-the failed one, would still end before the lease does, so the holder is told no later
-than its lease end (as the holder measures it, which is never later than
-Redis's) whether or not the connection has a socket timeout; with none, the
-renewal's lane (never the others) stays blocked until the operating system
-gives up on the connection.
+A failed renewal is retried only while another attempt, up to twice as slow,
+would still end before the lease does: the holder is told no later than its
+lease end (as it measures it, never later than Redis's), with or without a
+socket timeout; with none, the renewal's lane (never the others) stays
+blocked until the operating system gives up on the connection.
 
 After ``fork()`` the child starts with an empty watchdog: it never renews (or
 releases) what its parent holds.
@@ -108,8 +107,7 @@ class Watchdog:
         # __enter__ is Python code.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # id(holding) -> (weakref, next due time, whether a renewal is on its
-        # way); insertion order is irrelevant
+        # id(holding) -> (weakref, next due time, whether a renewal is on its way)
         self._watched: dict[int, tuple[weakref.ref[Renewable], float, bool]] = {}
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
@@ -181,8 +179,8 @@ class Watchdog:
             self._dropped.put(report)
 
     def report_dropped(self) -> None:
-        """Log the holds ``dropped`` queued, where logging is safe: before an
-        acquire is watched, and from the scheduler, in a lane of its own."""
+        """Log what ``dropped`` queued: before an acquire is watched, and from
+        the scheduler in a lane of its own (where logging is safe)."""
         while not self._dropped.empty():
             try:
                 kind, name, holder, deadline = self._dropped.get_nowait()
@@ -217,8 +215,7 @@ class Watchdog:
             self._watched.pop(id(holding), None)
 
     def watching(self) -> int:
-        """How many holdings are renewed: a dropped one counts no more, even
-        before the thread's next pass forgets it."""
+        """How many holdings are renewed (a dropped one no more, even before the next pass)."""
         with self._lock:
             return sum(1 for ref, _, _ in self._watched.values() if ref() is not None)
 

@@ -494,3 +494,27 @@ def test_on_commit_callbacks_run_after_the_release() -> None:
         notify(1)
         assert refused_elsewhere("notify:1")
     assert seen == [False]
+
+
+def test_a_release_that_crashes_after_the_transaction_leaves_the_others_released(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django_redislock import transactions
+
+    holds = transactions.TransactionLocks(_OpenTransaction())  # type: ignore[arg-type]
+    first, second = Lock("crash:1"), Lock("crash:2")
+    first.acquire()
+    second.acquire()
+    holds.hold([first, second])
+    real_end = transactions._Handed.end
+
+    def end(self: Any, owner: Any, *, now: bool = False) -> bool:
+        if self.lock is second:  # released first (reverse order): a bug of its own
+            raise RuntimeError("boom")
+        return real_end(self, owner, now=now)
+
+    monkeypatch.setattr(transactions._Handed, "end", end)
+    assert holds.release_all() == 1
+    assert not Lock("crash:1").locked(), "the hold after the crash was left to its lease"
+    assert "Releasing 'crash:2' after the transaction ended" in caplog.text
+    second.release()
