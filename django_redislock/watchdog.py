@@ -179,8 +179,8 @@ class Watchdog:
             self._dropped.put(report)
 
     def report_dropped(self) -> None:
-        """Log what ``dropped`` queued: before an acquire is watched, and from
-        the scheduler in a lane of its own (where logging is safe)."""
+        """Log what ``dropped`` queued, where logging is safe: before an acquire
+        is watched, and from the scheduler between passes (no lock held)."""
         while not self._dropped.empty():
             try:
                 kind, name, holder, deadline = self._dropped.get_nowait()
@@ -225,8 +225,8 @@ class Watchdog:
         # dropped hold would be renewed forever instead of running out.
         idle_since: float | None = None
         while True:
-            if not self._dropped.empty():  # a slow log handler must not delay renewals
-                self._dispatch(("dropped",), self.report_dropped)
+            if not self._dropped.empty():  # outside the lock; rare: a misuse
+                self.report_dropped()
             with self._cond:
                 now = time.monotonic()
                 if not self._watched:
