@@ -413,6 +413,10 @@ def test_decoded_connections_work_too(redlock_servers: RedlockServers) -> None:
     }
     with override_settings(CACHES={**settings.CACHES, **decoded}):
         lock = Redlock("decoded", timeout=5)
+        # connects to every server first (one by one, no reply timeout): CI once
+        # stalled past the acquire's 250 ms per-server reply timeout on the five
+        # new pools' first connections at once
+        assert not lock.locked()
         with lock:
             assert lock.owned()  # used to raise TypeError splitting a str on b":"
             assert lock.locked()
