@@ -293,16 +293,10 @@ class Holding:
         (``Lock("x").acquire()`` on an object nobody keeps, a thread or task
         that ended holding) while the watchdog renewed it: nothing renews or
         releases it now, and the lease will free the name with no
-        ``lock_lost`` to tell anyone. ``watchdog.dropped`` reports it, later
-        and elsewhere: this runs wherever the collector happens to run (a
-        dying thread, inside a logging handler), so it only queues."""
+        ``lock_lost`` to tell anyone. Only queued here (``dropped.py``); a
+        released hold is no longer watched, and a lost one was reported."""
         try:
-            if (
-                self.active
-                and self.lost is None
-                and self.pid == current_pid()
-                and not sys.is_finalizing()
-            ):
+            if self.lost is None and self.pid == current_pid() and not sys.is_finalizing():
                 watchdog.dropped(self, (self.kind, self.name, self.holder, self.lease_deadline))
         except Exception:  # interpreter shutdown: the module's globals may be gone
             pass

@@ -39,7 +39,7 @@ PARTS = ("redlock", "redlock-fence", "redlock-queue", "redlock-deadlines")
 
 
 class _Resolutions:
-    """``Servers`` per tuple of aliases, for the current settings generation.
+    """``Servers`` and key namespace per tuple of aliases, for the current settings generation.
 
     No lock: two threads racing here may each build a ``Servers``; one is
     kept, the other is dropped before it starts a thread. (A lock could be held by
@@ -47,16 +47,21 @@ class _Resolutions:
     """
 
     def __init__(self) -> None:
-        self._entry: tuple[int, dict[tuple[str, ...], Servers]] = (-1, {})
-        self._namespaces: tuple[int, dict[tuple[tuple[str, ...], str], str]] = (-1, {})
+        self._entry: tuple[int, dict[Any, Any]] = (-1, {})
 
-    def namespace(self, aliases: tuple[str, ...], key_prefix: str) -> str:
+    def _found(self) -> dict[Any, Any]:
+        """This settings generation's resolutions (servers by aliases,
+        namespaces by aliases and prefix)."""
         current = generation()
-        owner, found = self._namespaces
+        owner, found = self._entry
         if owner != current:
             found = {}
-            self._namespaces = (current, found)
-        space = found.get((aliases, key_prefix))
+            self._entry = (current, found)
+        return found
+
+    def namespace(self, aliases: tuple[str, ...], key_prefix: str) -> str:
+        found = self._found()
+        space: str | None = found.get((aliases, key_prefix))
         if space is None:
             self.get(aliases)  # an unknown alias is E003, not a namespace of ""
             spaces = {alias: backend.namespace(alias, key_prefix) for alias in aliases}
@@ -67,12 +72,8 @@ class _Resolutions:
         return space
 
     def get(self, aliases: tuple[str, ...]) -> Servers:
-        current = generation()
-        owner, found = self._entry
-        if owner != current:
-            found = {}
-            self._entry = (current, found)
-        servers = found.get(aliases)
+        found = self._found()
+        servers: Servers | None = found.get(aliases)
         if servers is None:
             from django.conf import settings
 

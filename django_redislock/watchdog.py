@@ -35,7 +35,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import queue
 import threading
 import time
 import weakref
@@ -43,6 +42,7 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Protocol
 
+from .dropped import DroppedHolds, Report
 from .exceptions import LockBackendError, LockError
 
 logger = logging.getLogger(__name__)
@@ -112,9 +112,7 @@ class Watchdog:
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
         self._lanes: dict[Hashable, _Lane] = {}
-        #: (kind, name, holder, lease end) of holds dropped while watched, to
-        #: report (``dropped``): filled from ``__del__``, which must not log.
-        self._dropped: queue.SimpleQueue[tuple[str, str, str, float]] = queue.SimpleQueue()
+        self._dropped = DroppedHolds()
 
     def _forked(self) -> None:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
@@ -152,8 +150,8 @@ class Watchdog:
         ``ensure_running`` first (which also notices a fork). Should the
         thread (gone idle since) fail to start again, the holding is reported
         lost at once: a lease nothing renews must not lapse unannounced."""
-        if not self._dropped.empty():
-            self.report_dropped()
+        if self._dropped.pending():
+            self._dropped.report()
         due = _due(holding, time.monotonic())
         with self._lock:
             self._watched[id(holding)] = (weakref.ref(holding), due, False)
@@ -169,32 +167,11 @@ class Watchdog:
                 failure = exc
         holding.mark_lost(str(failure))
 
-    def dropped(self, holding: object, report: tuple[str, str, str, float]) -> None:
-        """``holding`` is being freed while renewed here (its handles all
-        dropped): queue its report if its lease is not over. Safe in
-        ``__del__``: no lock (``SimpleQueue.put`` is reentrant), so no deadlock
-        with a collection run under this or a logging lock, and no logging in
-        a dying thread (``threading`` would make it a dummy)."""
-        if id(holding) in self._watched and report[3] > time.monotonic():
+    def dropped(self, holding: object, report: Report) -> None:
+        """``holding`` is being freed (``Holding.__del__``): if it was still
+        renewed here, queue its report (``dropped.py``; takes no lock)."""
+        if id(holding) in self._watched:
             self._dropped.put(report)
-
-    def report_dropped(self) -> None:
-        """Log what ``dropped`` queued, where logging is safe: before an acquire
-        is watched, and from the scheduler between passes (no lock held)."""
-        while not self._dropped.empty():
-            try:
-                kind, name, holder, deadline = self._dropped.get_nowait()
-            except queue.Empty:
-                return
-            logger.warning(
-                "%s %r held by %s was dropped without a release: it is renewed no more, "
-                "and its lease frees it within %.1f s. Keep the object until release(), "
-                "or use `with`.",
-                kind,
-                name,
-                holder,
-                max(deadline - time.monotonic(), 0.0),
-            )
 
     def reschedule(self, holding: Renewable) -> None:
         """The lease changed (``extend``): renew by the new one, if watched.
@@ -225,8 +202,8 @@ class Watchdog:
         # dropped hold would be renewed forever instead of running out.
         idle_since: float | None = None
         while True:
-            if not self._dropped.empty():  # outside the lock; rare: a misuse
-                self.report_dropped()
+            if self._dropped.pending():  # outside the lock; rare: a misuse
+                self._dropped.report()
             with self._cond:
                 now = time.monotonic()
                 if not self._watched:
