@@ -130,11 +130,17 @@ def _cache_namespace(alias: str) -> str:
 
 def cache_suffix(prefix: object, version: object) -> str:
     """What a cache's ``KEY_PREFIX`` and ``VERSION`` add to ``REDISLOCK["KEY_PREFIX"]``
-    (``namespace``): nothing for a cache that sets neither."""
+    (``namespace``): nothing for a cache that sets neither.
+
+    The version is taken as text, as Django's ``make_key`` formats it into
+    every cache key: ``VERSION: "2"`` and ``VERSION: 2`` are one namespace
+    there, so they are one here (two Redlock caches differing only so are
+    no ``E025``, and a ``Lock`` keeps its keys whichever is written)."""
     prefix = str(prefix or "")
-    if not prefix and version in (1, None):
+    text = "1" if version is None else str(version)
+    if not prefix and text == "1":
         return ""
-    return f":{encode_name(prefix)}:{version}"
+    return f":{encode_name(prefix)}:{text}"
 
 
 def get_client(alias: str) -> Any:

@@ -38,6 +38,14 @@ def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
             hint=f"Add a django-redis cache {alias!r} to CACHES, or name another alias.",
             id=_check_id("E003" if setting == "REDISLOCK['CACHE']" else "E011"),
         )
+    if not isinstance(caches[alias], Mapping):
+        return Error(
+            f"{setting} names cache {alias!r}, whose CACHES entry is "
+            f"{type(caches[alias]).__name__} {caches[alias]!r}, not a dict of cache settings.",
+            hint=f"Write CACHES[{alias!r}] as a dict: {{'BACKEND': "
+            f"'django_redis.cache.RedisCache', 'LOCATION': 'redis://...'}}.",
+            id=_check_id("E004"),
+        )
     backend = caches[alias].get("BACKEND", "")
     if not _is_redis_backend(backend):
         return Error(

@@ -185,6 +185,24 @@ def test_redlock_aliases_in_different_namespaces_are_an_error_e025() -> None:
     assert "same KEY_PREFIX and VERSION" in str(messages[0].hint)
 
 
+def test_a_version_written_as_text_is_the_same_namespace_e025() -> None:
+    """Django formats VERSION into every key: "2" and 2 are one namespace."""
+    caches_ = {f"v{i}": {**redis_cache(f"redis://10.0.0.{i}:6379/0"), "VERSION": version}
+               for i, version in ((1, 2), (2, "2"), (3, 2))}  # fmt: skip
+    assert check({"REDLOCK": list(caches_)}, **caches_) == []
+    plain = {f"d{i}": {**redis_cache(f"redis://10.0.1.{i}:6379/0"), "VERSION": version}
+             for i, version in ((1, 1), (2, "1"), (3, None))}  # fmt: skip
+    assert check({"REDLOCK": list(plain)}, **plain) == []
+
+
+@pytest.mark.parametrize("setting", [{"CACHE": "bad"}, {"REDLOCK": ["r1", "bad", "r2"]}])
+def test_a_cache_entry_that_is_not_a_dict_is_an_error_e004(setting: dict[str, Any]) -> None:
+    messages = check(setting, bad="redis://127.0.0.1:1/0")
+    assert ids(messages) == ["django_redislock.E004"]
+    assert "'bad'" in messages[0].msg and "not a dict" in messages[0].msg
+    assert "'BACKEND'" in str(messages[0].hint)
+
+
 def test_a_default_lease_too_short_for_redlock_is_an_error_e024() -> None:
     messages = check({"REDLOCK": ["r1", "r2", "r3"], "TIMEOUT": 0.005})
     assert ids(messages) == ["django_redislock.E024"]
