@@ -133,9 +133,26 @@ def test_clear_asks_for_confirmation() -> None:
     assert "lock keep" in out
     assert "Cancelled." in out
     assert lock.owned()
-    out, _ = run("clear", "keep", stdin="yes")
+    out, err = run("clear", "keep", stdin="yes")
     assert "Released lock keep" in out
+    assert err == ""  # not also "Not held any more" (found by a review)
     assert not lock.owned()
+
+
+def test_clear_says_which_listed_names_were_freed_while_the_operator_read() -> None:
+    gone, kept = Lock("freed", auto_renew=False), Lock("stays", auto_renew=False)
+    assert gone.acquire() and kept.acquire()
+
+    def free_one_then_answer(prompt: str = "") -> str:
+        gone.release()
+        return "yes"
+
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch("builtins.input", free_one_then_answer):
+        call_command("locks", "clear", "freed", "stays", stdout=out, stderr=err)
+    assert err.getvalue().splitlines() == ["Not held any more: freed"]
+    assert "Released lock stays" in out.getvalue()
+    assert not kept.owned()
 
 
 def test_clear_leaves_a_name_that_changed_hands_while_the_operator_read(

@@ -304,7 +304,7 @@ class Command(BaseCommand):
         by_kind = _names_by_kind(targets)
         still: list[HeldInfo] = []
         for kind in inspection.kinds(by_kind):
-            found = inspection.describe_many(kind, client, prefix, by_kind[kind.kind])
+            found = list(inspection.describe_many(kind, client, prefix, by_kind[kind.kind]))
             for info in found:
                 if listed[info.kind, info.name] == inspection.holders_signature(info):
                     still.append(info)
