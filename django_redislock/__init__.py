@@ -24,6 +24,7 @@ from .multilock import MultiLock
 from .redlock import Redlock
 from .rwlock import AsyncReadWriteLock, ReadWriteLock
 from .semaphores import AsyncSemaphore, Semaphore
+from .state import HolderInfo
 
 __all__ = [
     "ALREADY_RUNNING",
@@ -31,6 +32,7 @@ __all__ = [
     "AsyncReadWriteLock",
     "AsyncSemaphore",
     "FenceField",
+    "HolderInfo",
     "InsufficientStock",
     "Lock",
     "LockBackendError",

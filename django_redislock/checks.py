@@ -50,7 +50,8 @@ def _cache_problem(alias: str, setting: str) -> CheckMessage | None:
     if not _is_redis_backend(backend):
         return Error(
             f"{setting} names cache {alias!r}, whose BACKEND {backend!r} is not Redis.",
-            hint="Use django_redis.cache.RedisCache (or a subclass) for this cache.",
+            hint="Use django_redis.cache.RedisCache or Django's "
+            "django.core.cache.backends.redis.RedisCache (or a subclass) for this cache.",
             id=_check_id("E004"),
         )
     return (

@@ -111,6 +111,19 @@ def test_inspect_shows_holder_waiters_and_counters() -> None:
     assert "Not held." in run("inspect", "nobody")[0]
 
 
+def test_inspect_says_semaphores_and_rwlocks_keep_no_counters() -> None:
+    from django_redislock import ReadWriteLock, Semaphore
+
+    with Semaphore("exports", 2), ReadWriteLock("exports").read():
+        out, _ = run("inspect", "exports")
+    assert "counters: none (kept for locks only, not for rwlocks and semaphores)" in out
+    with Lock("counted"):
+        pass
+    with Lock("counted"), Semaphore("counted", 1):
+        out, _ = run("inspect", "counted")
+    assert "counters: acquired=2" in out
+
+
 def test_clear_literal_name_with_glob_characters(redis_client: redis.Redis) -> None:
     star, other = Lock("a*", auto_renew=False), Lock("abc", auto_renew=False)
     star.acquire()

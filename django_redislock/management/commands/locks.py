@@ -252,6 +252,9 @@ class Command(BaseCommand):
                 "  counters: "
                 + ", ".join(f"{k}={counters.get(k, 0)}" for k in inspection.STAT_FIELDS)
             )
+        elif infos and all(info.kind != "lock" for info in infos):
+            kinds = " and ".join(sorted({f"{info.kind}s" for info in infos}))
+            self.say(f"  counters: none (kept for locks only, not for {kinds})")
         else:
             self.say("  counters: none (idle, or REDISLOCK['STATS'] is off)")
 
