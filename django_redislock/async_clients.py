@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
@@ -79,6 +80,12 @@ class _AsyncClients:
     """
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty: new, or a forked child's, whose copy of ``_lock`` may have
+        been held by a parent's thread at the fork (never to be let go), and
+        whose parent's loops and connections are not its own."""
         self._lock = threading.Lock()
         self._by_loop: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
 
@@ -139,6 +146,8 @@ class _AsyncClients:
 
 
 _async_clients = _AsyncClients()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_async_clients._reset)
 
 
 def get_async_client(sync_client: Any) -> Any | None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import functools
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -23,6 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from . import async_clients, backend, bounds, fanout
+from .daemons import DaemonPool
 from .protocol import Call, Pause, QuorumStep, Step
 
 if TYPE_CHECKING:
@@ -31,6 +34,16 @@ if TYPE_CHECKING:
     from .scripts import Script
 
 T = TypeVar("T")
+
+#: Threads for the worker-thread fallback's waits and reads
+#: (``AsyncConnection.call``), never the loop's default executor: each waiter
+#: holds one for up to its wait chunk, and a handful of waiters would stall
+#: whatever else the site runs there (``asyncio.to_thread``,
+#: ``sync_to_async(thread_sensitive=False)``, DNS lookups). Waiters beyond
+#: this many queue for a thread (a late wake-up, never a lost one: the
+#: signal stays in its list).
+WAIT_WORKERS = 64
+waits = DaemonPool(WAIT_WORKERS, "django-redislock-waits")
 
 
 def _cancel_requests() -> int:
@@ -101,7 +114,8 @@ class AsyncConnection:
         if self.aio is not None:
             return await getattr(self.aio, command)(*args, **kwargs)
         # a wait (BLPOP) grants nothing: a clean-up need not follow it
-        return await asyncio.to_thread(getattr(self.sync, command), *args, **kwargs)
+        run = functools.partial(getattr(self.sync, command), *args, **kwargs)
+        return await asyncio.wrap_future(waits.submit(contextvars.copy_context().run, run))
 
 
 async def _bounded(run: Awaitable[T], seconds: float) -> T:
@@ -297,3 +311,7 @@ def run_quorum(steps: Generator[QuorumStep, Any, T], servers: fanout.Servers) ->
                 )
         except BaseException as exc:
             reply, error = None, exc
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=waits.reset)

@@ -72,9 +72,13 @@ class _ThreadRegistry(threading.local):
 
 
 _threads = _ThreadRegistry()
-_tasks: contextvars.ContextVar[tuple[weakref.ref[asyncio.Task[Any]], Registry[Any]] | None] = (
-    contextvars.ContextVar("django_redislock_task_holds", default=None)
-)
+#: Each task's registry, by task, in a table shared by the contexts copied
+#: from the first task that used one: a task's entry survives its context
+#: variables being overwritten by a copy of another context (asgiref's
+#: ``sync_to_async`` copies the thread's context back into the task, and a
+#: task that ``async_to_sync`` ran in that thread set its own value there).
+_tasks: contextvars.ContextVar[weakref.WeakKeyDictionary[asyncio.Task[Any], Registry[Any]] | None]
+_tasks = contextvars.ContextVar("django_redislock_task_holds", default=None)
 
 
 def thread_registry() -> Registry[Any]:
@@ -116,12 +120,15 @@ def _forget_handles(registry: Registry[Any], task: asyncio.Task[Any]) -> None:
 def task_registry(kind: str) -> Registry[Any]:
     """The current task's holds; never its parent's."""
     task = current_task(kind)
-    entry = _tasks.get()
-    if entry is None or entry[0]() is not task or entry[1].pid != os.getpid():
-        entry = (weakref.ref(task), Registry())
-        _tasks.set(entry)
-        task.add_done_callback(functools.partial(_forget_handles, entry[1]))
-    return entry[1]
+    registries = _tasks.get()
+    if registries is None:
+        registries = weakref.WeakKeyDictionary()
+        _tasks.set(registries)
+    registry = registries.get(task)
+    if registry is None or registry.pid != os.getpid():
+        registry = registries[task] = Registry()
+        task.add_done_callback(functools.partial(_forget_handles, registry))
+    return registry
 
 
 class Handle:

@@ -560,3 +560,48 @@ def test_a_release_resent_as_the_loop_ends_gives_up_on_a_hung_redis(redis_url: s
             asyncio.run(main(proxy))
         assert time.monotonic() - started < 15
         proxy.heal()
+
+
+# a task's holds survive asgiref copying a thread's context back into it -------------
+
+
+def test_a_task_still_reenters_its_hold_after_a_sync_to_async_round_trip() -> None:
+    """``sync_to_async`` copies the thread's context variables back into the
+    task; a task ``async_to_sync`` ran in that thread had set its own registry
+    there, and the task's holds were lost from sight: a nested acquire waited
+    on its own hold (found by a review)."""
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    async def other_lock() -> None:
+        async with AsyncLock("roundtrip:other"):
+            pass
+
+    def sync_helper() -> None:  # an ORM helper that calls async code back
+        async_to_sync(other_lock)()
+
+    async def main() -> None:
+        async with AsyncLock("roundtrip", blocking_timeout=1) as outer:
+            await sync_to_async(sync_helper)()
+            async with AsyncLock("roundtrip", blocking_timeout=1) as inner:  # nests
+                assert inner.fencing_token == outer.fencing_token
+
+    asyncio.run(main())
+
+
+def test_require_lock_nests_after_a_sync_to_async_round_trip() -> None:
+    from asgiref.sync import async_to_sync, sync_to_async
+
+    from django_redislock import require_lock
+
+    async def other_lock() -> None:
+        async with AsyncLock("roundtrip:other2"):
+            pass
+
+    @require_lock("roundtrip:job", blocking_timeout=1, on_contention="raise")
+    async def job(depth: int) -> str:
+        if depth == 0:
+            await sync_to_async(lambda: async_to_sync(other_lock)())()
+            return await job(1)
+        return "ok"
+
+    assert asyncio.run(job(0)) == "ok"
