@@ -236,12 +236,14 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         changed = False
         try:
             client, prefix = connect()
+            # before the clear: a failure after it would report an error for
+            # a release that was made, and leave it out of the admin's log
+            now = dashboard.server_time(client)
             info = kind.describe(client, prefix, name)
             if info is not None and request.method == "POST":
                 changed = confirmed is not None and confirmed != inspection.holders_signature(info)
                 if not changed:
                     released = kind.clear(client, prefix, name)
-            now = dashboard.server_time(client)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             messages.error(request, self._error(exc))
             return HttpResponseRedirect(changelist)

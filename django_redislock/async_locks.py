@@ -3,8 +3,9 @@
 The holder is the asyncio task (``holders.py``): any ``AsyncLock`` for the
 name in the holding task re-enters; a task never inherits its parent's holds.
 Round trips go through an asyncio mirror of the cache's connection pool, so
-a waiting coroutine blocks no thread; topologies with no asyncio mirror
-(Sentinel, Cluster) run the same calls in a worker thread. Leases are renewed
+a waiting coroutine blocks no thread; pools with no asyncio mirror
+(Sentinel, Cluster, a ``BlockingConnectionPool``) run the same calls on the
+library's own daemon threads (``drivers``). Leases are renewed
 by the process's watchdog, as for ``Lock``.
 """
 

@@ -161,8 +161,11 @@ class Recorder(BackgroundWriter):
 
 
 def _connect() -> tuple[Any, str]:
+    """Where the history goes: the lock cache's namespace (its ``KEY_PREFIX``
+    and ``VERSION`` too), which the dashboard reads (``ops.connect``)."""
     settings = get_settings()
-    return backend.get_client(settings.cache), settings.key_prefix
+    client = backend.get_client(settings.cache)
+    return client, backend.namespace(settings.cache, settings.key_prefix)
 
 
 def _receivers(recorder: Recorder) -> tuple[tuple[Any, Callable[..., None]], ...]:

@@ -514,3 +514,52 @@ def test_a_release_confirmed_for_one_holder_never_clears_the_next(admin_client: 
     assert admin_client.post(RELEASE, form).status_code == 302
     with pytest.raises(LockLostError):
         second.release()
+
+
+# found by a review of the operator tooling ---------------------------------------------
+
+
+def test_hot_names_are_kept_where_the_dashboard_reads_them(
+    admin_client: Client, other_thread: OtherThread, redis_url: str, redis_client: redis.Redis
+) -> None:
+    """With a cache KEY_PREFIX (or VERSION) the history was written outside
+    the cache's namespace, and the hot-names panel was always empty."""
+    from django.apps import apps
+
+    from tests.settings import redis_cache
+
+    caches = {"default": {**redis_cache(redis_url), "KEY_PREFIX": "site1"}}
+    with override_settings(CACHES=caches):
+        recorder = apps.get_app_config("django_redislock").hot_recorder
+        recorder.flush()
+        for _ in range(2):
+            with Lock("hot:pfx"):
+                assert not other_thread(Lock("hot:pfx").acquire, blocking_timeout=0.05)
+        recorder.flush()
+        body = admin_client.get(DASHBOARD, {"order": "timeouts"}).content.decode()
+    assert 'data-name="hot:pfx"' in body
+    assert list(redis_client.scan_iter("redislock:site1:1:{~hot}:minute:*"))
+    assert not list(redis_client.scan_iter("redislock:{~hot}:*"))
+
+
+def test_a_release_made_is_logged_even_if_redis_fails_right_after(
+    admin_client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server's time was read after the clear: its failure reported an
+    error for a release that was made, which the admin's log never recorded."""
+    from django_redislock import dashboard
+
+    lock = Lock("stuck:x", auto_renew=False)
+    lock.acquire()
+    real = dashboard.server_time
+    monkeypatch.setattr(dashboard, "server_time", lambda client: (_ for _ in ()).throw(
+        redis.ConnectionError("connection reset")))  # fmt: skip
+    response = admin_client.post(RELEASE, {"name": "stuck:x", "kind": "lock"}, follow=True)
+    assert "unreachable" in response.content.decode()
+    assert lock.owned()  # nothing was released, as the page says
+    assert not LogEntry.objects.exists()
+    monkeypatch.setattr(dashboard, "server_time", real)
+    admin_client.post(RELEASE, {"name": "stuck:x", "kind": "lock"})
+    assert LogEntry.objects.get().object_repr == "stuck:x"
+    with pytest.raises(LockLostError):
+        lock.release()
