@@ -20,6 +20,8 @@ process dies, the lease (``timeout``) frees the name for the next run.
 from __future__ import annotations
 
 import functools
+import logging
+import math
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
@@ -27,9 +29,11 @@ from typing import Any, TypeVar, cast
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
-from .exceptions import LockBackendError, LockTimeout
+from .exceptions import LockBackendError, LockError, LockTimeout
 from .locks import Lock
 from .validation import check_alias, check_lease, check_name, check_seconds
+
+logger = logging.getLogger(__name__)
 
 #: The exit status of a run skipped because another run holds the lock
 #: (``EX_TEMPFAIL`` from ``sysexits.h``).
@@ -79,7 +83,11 @@ def single_run(
                     f"{_command_name(command)} could not take its lock {lock_name!r}: {exc}"
                 ) from exc
             except LockTimeout as exc:
-                retry = f"; retry in about {exc.retry_after:.0f} s" if exc.retry_after else ""
+                retry = (
+                    f"; retry in about {max(1, math.ceil(exc.retry_after))} s"
+                    if exc.retry_after
+                    else ""
+                )
                 raise CommandError(
                     f"{_command_name(command)} is already running (lock {lock_name!r} is held)"
                     f"{retry}.",
@@ -88,14 +96,30 @@ def single_run(
             try:
                 result = handle(command, *args, **options)
             except BaseException as exc:
-                lock.__exit__(type(exc), exc, exc.__traceback__)
+                _release_after_failure(lock, exc)
                 raise
-            lock.__exit__(None, None, None)
+            try:
+                lock.__exit__(None, None, None)
+            except LockError as exc:  # the run is done; its status must say the lock failed
+                raise CommandError(
+                    f"{_command_name(command)} ran, but its lock {lock_name!r} failed at the "
+                    f"end: {exc}"
+                ) from exc
             return result
 
         return cast(Handle, wrapper)
 
     return decorator
+
+
+def _release_after_failure(lock: Lock, exc: BaseException) -> None:
+    """Release after the run raised ``exc``, which goes on whatever the
+    release meets: a Redis failure is logged (the lease frees the lock), not
+    raised in place of the run's own error."""
+    try:
+        lock.__exit__(type(exc), exc, exc.__traceback__)
+    except LockError as release_exc:
+        logger.error("Could not release %r after a failed run: %s", lock.name, release_exc)
 
 
 def _command_name(command: BaseCommand) -> str:

@@ -114,10 +114,14 @@ class _Plan:
     def __init__(self, func: Callable[..., Any], parts: list[str | tuple[str, ...]]) -> None:
         self.parts = parts
         self.extra: dict[str, object] = {}
-        if isinstance(func, functools.partial):
-            # method_decorator hands each decorator the bound method as a partial
-            self.signature = inspect.signature(func, follow_wrapped=False)
-            owner = getattr(func.func, "__self__", None)
+        # method_decorator hands each decorator the bound method as a partial,
+        # or (a list of decorators) another decorator's wrapper of it: its
+        # ``__wrapped__`` chain goes on past the partial to the unbound method,
+        # whose ``self`` would take the request's place
+        inner = inspect.unwrap(func, stop=lambda f: isinstance(f, functools.partial))
+        if isinstance(inner, functools.partial):
+            self.signature = inspect.signature(inner, follow_wrapped=False)
+            owner = getattr(inner.func, "__self__", None)
             if owner is not None:
                 self.extra["self"] = owner
         else:
@@ -178,11 +182,16 @@ class _Plan:
             else:
                 raise ValueError(f"placeholder <{'.'.join(part)}> was not given.")
             for attribute in part[1:]:
-                found = getattr(value, attribute, _MISSING)
-                if found is _MISSING and isinstance(value, Mapping):
+                if value is None:  # <request.user.profile.pk> without a profile
+                    raise ValueError(f"placeholder <{'.'.join(part)}> is None.")
+                # A mapping's key first, as Django's templates look up: in
+                # <request.GET.items> "items" is the query's key, not the method.
+                if isinstance(value, Mapping):
                     found = value.get(attribute, _MISSING)
                     if found is _MISSING:  # a key the request left out: its fault (400)
                         raise ValueError(f"placeholder <{'.'.join(part)}> was not given.")
+                else:
+                    found = getattr(value, attribute, _MISSING)
                 if found is _MISSING:
                     raise ImproperlyConfigured(
                         f"require_lock: placeholder <{'.'.join(part)}>: "
@@ -254,6 +263,13 @@ def require_lock(
     )
 
     def decorator(func: F) -> F:
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            qualname = getattr(func, "__qualname__", repr(func))
+            raise TypeError(
+                f"require_lock cannot guard {qualname}(), a generator function: its body "
+                f"runs after the call has returned, and the lock was released by then. "
+                f"Take the lock inside it: `with Lock(...):` (`async with AsyncLock(...):`)."
+            )
         guard = _Guard(func, template, _Plan(func, parts), answers, (timeout, blocking_timeout))
         if iscoroutinefunction(func):
 

@@ -29,6 +29,7 @@ from decimal import Decimal
 from typing import Any, ClassVar
 
 from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator
 from django.db import DEFAULT_DB_ALIAS, models, router, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
@@ -218,6 +219,17 @@ class InventoryMixin(models.Model):
         return quantity
 
     @classmethod
+    def _stock_limit(cls) -> int:
+        """The most the stock field holds (its validators' range on this database)."""
+        field = cls._meta.get_field(cls.stock_field)
+        limit = MAX_QUANTITY
+        for validator in getattr(field, "validators", ()):
+            if isinstance(validator, MaxValueValidator):
+                value = validator.limit_value
+                limit = min(limit, value() if callable(value) else value)
+        return limit
+
+    @classmethod
     def _to_pk(cls, value: object) -> Any:
         field = cls._meta.pk
         if field is None:  # pragma: no cover - concrete models always have one
@@ -288,14 +300,24 @@ class InventoryMixin(models.Model):
         Needs no lock: ``stock = stock + q`` is atomic in the database and can
         never oversell; a deduction waiting for the row sees the new figure.
         """
-        quantity = type(self)._check_quantity(quantity)
+        cls = type(self)
+        quantity = cls._check_quantity(quantity)
         pk = self._require_pk()
         field = self.stock_field
         using = self._inventory_db(self)
-        manager = type(self)._base_manager.using(using)
+        manager = cls._base_manager.using(using)
+        # Guarded like a deduction: past the field's range PostgreSQL raises
+        # inside the transaction and SQLite turns the stock into a float.
+        limit = cls._stock_limit()
+        room = {f"{field}__lte": limit - quantity}
         with transaction.atomic(using=using):
-            if not manager.filter(pk=pk).update(**{field: F(field) + quantity}):
-                raise type(self).DoesNotExist(f"{type(self).__name__} {pk!r} does not exist.")
+            if not manager.filter(pk=pk, **room).update(**{field: F(field) + quantity}):
+                if not manager.filter(pk=pk).exists():
+                    raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist.")
+                raise ValueError(
+                    f"restocking {quantity} would take {cls.__name__}.{field} of {pk!r} "
+                    f"past {limit}, the most it holds; nothing was changed."
+                )
             stock: int = manager.filter(pk=pk).values_list(field, flat=True).get()
         setattr(self, field, stock)
         return stock

@@ -135,3 +135,52 @@ def test_an_option_value_that_makes_a_bad_lock_name_is_a_command_error(day: str)
     with pytest.raises(CommandError, match="lock name") as info:
         Report().handle(day=day)
     assert info.value.returncode == 1
+
+
+# found by a review of the Django integration --------------------------------------------
+
+
+def _release_fails(self: Lock) -> None:
+    from django_redislock import LockBackendError
+
+    raise LockBackendError("Redis went away", name=self.name)
+
+
+def test_a_failed_release_never_replaces_the_runs_own_error(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    class Broken(BaseCommand):
+        @single_run("broken")
+        def handle(self, *args: Any, **options: Any) -> None:
+            raise RuntimeError("the run's own failure")
+
+    monkeypatch.setattr(Lock, "release", _release_fails)
+    with pytest.raises(RuntimeError, match="own failure"):
+        call_command(Broken())
+    assert "Could not release 'broken' after a failed run: Redis went away" in caplog.text
+
+
+def test_a_release_that_fails_after_a_good_run_is_a_command_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Fine(BaseCommand):
+        @single_run("fine")
+        def handle(self, *args: Any, **options: Any) -> None:
+            return None
+
+    monkeypatch.setattr(Lock, "release", _release_fails)
+    with pytest.raises(CommandError, match="ran, but its lock 'fine' failed at the end") as info:
+        call_command(Fine())
+    assert info.value.returncode == 1
+
+
+def test_the_retry_hint_is_never_zero_seconds(other_thread: Any) -> None:
+    class Short(BaseCommand):
+        @single_run("short", blocking_timeout=0)
+        def handle(self, *args: Any, **options: Any) -> None:
+            raise AssertionError("must not run")
+
+    held = Lock("short", timeout=0.4, auto_renew=False)
+    assert other_thread(held.acquire)
+    with pytest.raises(CommandError, match=r"retry in about 1 s\.$"):
+        call_command(Short())

@@ -628,3 +628,73 @@ def test_a_query_parameter_left_out_is_a_400_not_a_500() -> None:
 
     with pytest.raises(BadRequest, match=r"<request\.GET\.sku> was not given"):
         view(RequestFactory().get("/buy/"))
+
+
+# found by a review of the Django integration --------------------------------------------
+
+
+def test_a_generator_function_is_refused_when_decorated() -> None:
+    """Its body runs after the call returned, and the lock with it."""
+
+    def rows(feed: str) -> Iterator[int]:
+        yield 1
+
+    async def arows(feed: str) -> Any:
+        yield 1
+
+    for func in (rows, arows):
+        with pytest.raises(TypeError, match="a generator function: its body runs after"):
+            require_lock("gen:<feed>")(func)
+
+
+def test_a_mappings_key_comes_before_its_attributes() -> None:
+    """``<request.GET.items>`` is the query's ``items``, as in Django's
+    templates; it was the bound method, a new lock name on every request."""
+    held: list[bool] = []
+
+    @require_lock("cart:<request.GET.items>")
+    def view(request: Any) -> Any:
+        held.append(Lock("cart:3").owned())
+        return "ok"
+
+    assert view(RequestFactory().get("/?items=3")) == "ok"
+    assert held == [True]
+    from django.core.exceptions import BadRequest
+
+    with pytest.raises(BadRequest, match="was not given"):
+        view(RequestFactory().get("/"))
+
+
+def test_none_part_way_along_a_placeholder_is_a_400() -> None:
+    from django.core.exceptions import BadRequest
+
+    @require_lock("order:<request.user.profile.pk>")
+    def view(request: Any) -> Any:
+        raise AssertionError("must not run")
+
+    request = RequestFactory().get("/")
+    request.user = SimpleNamespace(profile=None)
+    with pytest.raises(BadRequest, match="is None"):
+        view(request)
+
+
+def test_method_decorator_with_a_list_of_decorators() -> None:
+    """``require_lock`` then gets another decorator's wrapper of the bound
+    method, whose ``__wrapped__`` chain ends at the unbound method."""
+    from django.http import HttpResponse
+    from django.utils.decorators import method_decorator
+    from django.views import View
+    from django.views.decorators.http import require_GET
+
+    seen: list[bool] = []
+
+    class Orders(View):
+        @method_decorator([require_lock("user:<request.user.pk>:<self.kwargs.pk>"), require_GET])
+        def get(self, request: Any, *args: Any, **kwargs: Any) -> HttpResponse:
+            seen.append(Lock("user:7:9").owned())
+            return HttpResponse("ok")
+
+    request = RequestFactory().get("/")
+    request.user = SimpleNamespace(is_authenticated=True, pk=7)
+    assert Orders.as_view()(request, pk=9).status_code == 200
+    assert seen == [True]

@@ -384,3 +384,15 @@ def test_a_multi_table_child_deducts_from_its_parents_row_under_the_parents_lock
     with pytest.raises(SpecialItem.DoesNotExist):
         SpecialItem.deduct_many({plain.pk: 1})
     assert stock(plain) == 4
+
+
+def test_restock_past_the_fields_range_is_refused_and_changes_nothing() -> None:
+    """SQLite turned the stock into a float, PostgreSQL raised inside the
+    transaction (found by a review)."""
+    limit = Item._stock_limit()
+    item = Item.objects.create(stock=limit - 10)
+    with pytest.raises(ValueError, match=rf"past {limit}, the most it holds; nothing was changed"):
+        item.restock(11)
+    assert stock(item) == limit - 10 and isinstance(stock(item), int)
+    assert item.restock(10) == limit
+    assert stock(item) == limit and isinstance(stock(item), int)
