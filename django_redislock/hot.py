@@ -225,7 +225,10 @@ def read(client: Any, prefix: str, now: float, minutes: int = 60) -> list[dict[s
         for raw, n in reply.items():
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             name, _, counter = text.rpartition(SEP)
-            names.setdefault(name, Counter())[counter] += int(n)
+            try:
+                names.setdefault(name, Counter())[counter] += int(n)
+            except ValueError:  # written by hand: not a count
+                continue
         found.append(names)
     return found
 

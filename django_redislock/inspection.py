@@ -16,8 +16,18 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from redis.exceptions import ResponseError
+
 from . import backend, counters
-from .state import HolderInfo, LockState, as_text, parse_holders, parse_lock_value, parse_member
+from .state import (
+    HolderInfo,
+    LockState,
+    as_text,
+    number,
+    parse_holders,
+    parse_lock_value,
+    parse_member,
+)
 
 
 @dataclass(frozen=True)
@@ -71,6 +81,9 @@ def _waiters(client: Any, prefix: str, name: str) -> int:
     return int(client.zcard(backend.key(prefix, name, "queue")))
 
 
+#: Who holds a lock whose value cannot be read (``LockKind.describe_many``).
+UNREADABLE = "unknown (a value this version cannot read; clear it to free the name)"
+
 #: Names one operator script call reads or clears: about 0.1 ms of server time,
 #: so a listing or a mass clear never blocks other clients noticeably.
 SCRIPT_BATCH = 100
@@ -99,7 +112,11 @@ class LockKind:
             for key in keys:
                 pipe.get(key)
                 pipe.pttl(key)
-            replies = pipe.execute()
+            # a key of another type fails its GET only (read as unreadable)
+            replies: list[Any] = [
+                "" if isinstance(reply, ResponseError) else reply
+                for reply in pipe.execute(raise_on_error=False)
+            ]
         else:  # a script call per SCRIPT_BATCH names: far less client work than 2 per name
             INSPECT_LOCKS.ensure_loaded(client)
             pipe = client.pipeline(transaction=False)
@@ -120,13 +137,23 @@ class LockKind:
                 pipe.zcard(backend.key(prefix, names[i], "queue"))
             waiters.update(zip(queued, pipe.execute(), strict=True))
         return [
-            self._info(name, state, replies[2 * i + 1], waiters[i])
+            self._info(name, state, replies[2 * i + 1], waiters[i], replies[2 * i] is not None)
             for i, (name, state) in enumerate(zip(names, states, strict=True))
         ]
 
-    def _info(self, name: str, state: LockState | None, pttl: int, waiters: int) -> HeldInfo | None:
+    def _info(
+        self, name: str, state: LockState | None, pttl: int, waiters: int, present: bool
+    ) -> HeldInfo | None:
         if state is None:
-            return None
+            if not present:
+                return None
+            # A value this version cannot read (written by hand, or by a
+            # release of long ago) still blocks the name: shown, so it can
+            # be cleared.
+            unreadable = HolderInfo(
+                token="", holder=UNREADABLE, ttl=pttl / 1000.0 if pttl >= 0 else None
+            )
+            return HeldInfo(name=name, kind=self.kind, holders=[unreadable], waiters=waiters)
         holder = HolderInfo(
             token=state.token,
             holder=state.holder,
@@ -228,7 +255,8 @@ class _PermitKind:
 
 def _member_since(member: str) -> float | None:
     since = member.split(":", 4)[3:4]
-    return int(since[0]) / 1000.0 if since and since[0].isdigit() else None
+    ms = number(since[0]) if since else None
+    return ms / 1000.0 if ms is not None else None
 
 
 class SemaphoreKind(_PermitKind):
@@ -351,10 +379,11 @@ def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]
     pipe = client.pipeline(transaction=False)
     for name in names:
         pipe.hgetall(backend.key(prefix, name, "stats"))
-    return [
-        {_text(k): int(v) for k, v in reply.items() if _text(k) in STAT_FIELDS}
-        for reply in pipe.execute()
-    ]
+    found = []
+    for reply in pipe.execute():
+        fields = ((_text(k), number(_text(v))) for k, v in reply.items())  # by hand: left out
+        found.append({k: n for k, n in fields if k in STAT_FIELDS and n is not None})
+    return found
 
 
 #: Counters kept per name (see ``scripts/_stats.lua`` and ``counters.py``).

@@ -34,18 +34,26 @@ def parse_lock_value(value: bytes | str | None) -> LockState | None:
     if len(parts) != 7:
         return None
     token, waiters, count, fence, lease, since, holder = parts
-    try:
-        return LockState(
-            token=token,
-            waiters=waiters == "1",
-            count=int(count),
-            fencing_token=int(fence),
-            lease=int(lease) / 1000.0,
-            since=int(since) / 1000.0,
-            holder=holder,
-        )
-    except ValueError:
+    numbers = [n for text in (count, fence, lease, since) if (n := number(text)) is not None]
+    if len(numbers) != 4:
         return None
+    return LockState(
+        token=token,
+        waiters=waiters == "1",
+        count=numbers[0],
+        fencing_token=numbers[1],
+        lease=numbers[2] / 1000.0,
+        since=numbers[3] / 1000.0,
+        holder=holder,
+    )
+
+
+def number(text: str) -> int | None:
+    """A count, fence or time the scripts wrote (ASCII digits, within 64 bits);
+    ``None`` for anything else, which a value written by hand may hold."""
+    if text.isascii() and text.isdigit() and len(text) <= 19:
+        return int(text)
+    return None
 
 
 @dataclass(frozen=True)
@@ -74,7 +82,7 @@ def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[Holde
                 token=token,
                 holder=holder,
                 ttl=int(reply[i + 1]) / 1000.0,
-                fencing_token=int(fence) if fence.isdigit() else None,
+                fencing_token=number(fence),
                 mode=mode,
             )
         )
@@ -84,7 +92,7 @@ def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[Holde
 def parse_member(member: str) -> tuple[str, str, int, str]:
     """``(token, fence, limit, holder)`` of a holder member (see ``_permits.lua``)."""
     token, fence, limit, _, holder = [*member.split(":", 4), "", "", "", ""][:5]
-    return token, fence, int(limit) if limit.isdigit() else 0, holder
+    return token, fence, number(limit) or 0, holder
 
 
 def as_text(value: bytes | str) -> str:

@@ -563,3 +563,33 @@ def test_a_release_made_is_logged_even_if_redis_fails_right_after(
     assert LogEntry.objects.get().object_repr == "stuck:x"
     with pytest.raises(LockLostError):
         lock.release()
+
+
+def test_odd_values_in_redis_are_shown_not_a_500(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    """Values written by hand (or by another version): a lock value with a
+    400-digit lease, a permit member with a non-ASCII digit, a counter and a
+    history entry that are not numbers each made the page and ``data/`` a 500."""
+    redis_client.set("redislock:{big}:lock", "ab12:0:1:5:" + "9" * 400 + ":0:host:1:T")
+    redis_client.zadd("redislock:{sem}:semaphore", {"ab12:\u00b2:3:0:host:1:T": "+inf"})
+    redis_client.hset("redislock:{sku:2}:stats", "acquired", "abc")
+    minute = int(redis_client.time()[0] // 60)
+    redis_client.hset(f"redislock:{{~hot}}:minute:{minute}", "x\x1facquired", "abc")
+    admin_client.raise_request_exception = False
+    with Lock("sku:2"):
+        data = admin_client.get(DATA)
+        assert data.status_code == 200
+        assert admin_client.get(DASHBOARD).status_code == 200
+    rows = {row["name"]: row for row in data.json()["results"]}
+    assert {"big", "sem", "sku:2"} <= set(rows)
+    assert rows["big"]["holders"][0]["holder"].startswith("unknown (a value this version")
+
+
+def test_a_key_of_another_type_hides_no_other_lock(
+    admin_client: Client, redis_client: redis.Redis
+) -> None:
+    redis_client.hset("redislock:{odd}:lock", "field", "value")
+    with Lock("sku:1"):
+        names = [row["name"] for row in admin_client.get(DATA).json()["results"]]
+    assert names == ["odd", "sku:1"]

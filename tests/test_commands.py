@@ -479,3 +479,28 @@ def test_clear_logs_who_released_what_from_where(caplog: pytest.LogCaptureFixtur
     assert record.lock_holders[0] in message  # type: ignore[attr-defined]
     with pytest.raises(LockLostError):
         lock.release()
+
+
+def test_a_lock_value_this_version_cannot_read_is_listed_and_clearable(
+    redis_client: redis.Redis,
+) -> None:
+    """It blocks the name; the tools said it was not held (found by a review)."""
+    redis_client.set("redislock:{legacy}:lock", "old-format-value")
+    redis_client.hset("redislock:{odd}:lock", "field", "value")
+    assert not Lock("legacy").acquire(blocking=False)
+    assert [(d["name"], d["holders"][0]["holder"][:7]) for d in listed()] == [
+        ("legacy", "unknown"),
+        ("odd", "unknown"),
+    ]
+    out, err = run("clear", "legacy", "odd", "--noinput")
+    assert (err, "Released 2 of 2." in out) == ("", True)
+    lock = Lock("legacy")
+    assert lock.acquire(blocking=False)
+    lock.release()
+
+
+def test_inspect_shows_a_since_out_of_range_in_one_line(redis_client: redis.Redis) -> None:
+    for since in ("300000000000000", "9" * 19):
+        redis_client.set("redislock:{future}:lock", f"ab12:0:1:5:30000:{since}:host:1:T")
+        out, _ = run("inspect", "future")
+        assert "out of range" in out

@@ -35,7 +35,10 @@ def _seconds(value: float | None) -> str:
 
 def _extra(key: str, value: Any) -> str:
     if key == "since" and isinstance(value, int | float) and value > 0:
-        moment = datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc)
+        try:
+            moment = datetime.datetime.fromtimestamp(value, tz=datetime.timezone.utc)
+        except (ValueError, OverflowError, OSError):  # a clock far off, or a value by hand
+            return f"{value:g} (the holder's clock, out of range)"
         return f"{moment:%Y-%m-%d %H:%M:%S} UTC (the holder's clock)"
     if key == "lease" and isinstance(value, int | float):
         return f"{value:g}s"
