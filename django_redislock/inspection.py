@@ -223,7 +223,13 @@ class _PermitKind:
         from .scripts import PERMIT_DESCRIBE
 
         keys = PERMIT_DESCRIBE.keys_of(self._keys(prefix, name))
-        reply = PERMIT_DESCRIBE(client, keys, PERMIT_DESCRIBE.args_of())
+        try:
+            reply = PERMIT_DESCRIBE(client, keys, PERMIT_DESCRIBE.args_of())
+        except ResponseError as exc:  # a key of another type, written by hand
+            if "WRONGTYPE" not in str(exc):
+                raise
+            unreadable = HolderInfo(token="", holder=UNREADABLE, ttl=None)
+            return HeldInfo(name=name, kind=self.kind, holders=[unreadable])
         holders = [
             replace(holder, since=_member_since(as_text(member)))
             for holder, member in zip(

@@ -504,3 +504,16 @@ def test_inspect_shows_a_since_out_of_range_in_one_line(redis_client: redis.Redi
         redis_client.set("redislock:{future}:lock", f"ab12:0:1:5:30000:{since}:host:1:T")
         out, _ = run("inspect", "future")
         assert "out of range" in out
+
+
+def test_a_permit_key_of_another_type_is_listed_and_clearable(redis_client: redis.Redis) -> None:
+    redis_client.set("redislock:{odd}:semaphore", "x")
+    redis_client.set("redislock:{odd2}:rw:queue", "x")
+    with Lock("sku:1"):
+        rows = {(d["name"], d["kind"]): d for d in listed()}
+    assert set(rows) == {("odd", "semaphore"), ("sku:1", "lock")}  # (listed by the main key)
+    assert rows["odd", "semaphore"]["holders"][0]["holder"].startswith("unknown")
+    out, err = run("clear", "odd", "odd2", "--noinput")
+    assert "Released semaphore odd" in out  # (odd2 had no holder: only its queue was odd)
+    assert err == ""
+    assert not redis_client.exists("redislock:{odd}:semaphore", "redislock:{odd2}:rw:queue")
