@@ -20,11 +20,10 @@ import threading
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import backend, drivers, fanout, signals
+from . import drivers, fanout, signals
 from .conf import LockSettings, get_settings
 from .exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from .fanout import Servers
@@ -34,7 +33,15 @@ from .protocol import HELD_RESULT, AcquireResult
 from .quorum import MIN_LEASE, QuorumAttempt, check_lease, quorum, too_few_error, too_short
 from .quorum import acquire as quorum_acquire
 from .redlock_holding import RedlockHolding
-from .redlock_servers import check_aliases, key_list, lock_call, namespace_for, servers_for
+from .redlock_servers import (
+    check_aliases,
+    key_list,
+    lock_call,
+    majority_holder,
+    namespace_for,
+    servers_for,
+    view,
+)
 from .scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from .state import parse_lock_value
 from .validation import Options, check_name, fixed, wait_budget
@@ -242,6 +249,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
                 REDLOCK_FENCE.keys_of({"lock": holding.lock_key, "fence": holding.fence_key}),
                 REDLOCK_FENCE.args_of(token=holding.token, fencing_token=holding.candidate_fence),
                 timeout=max(holding.lease_deadline - time.monotonic(), 0.001),
+                enough=quorum(len(holding.servers.clients)),
             )
             if sum(1 for r in results if r == 1) < quorum(len(results)):
                 holding.mark_lost("a majority no longer held it when its fencing token was read")
@@ -274,8 +282,16 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         watchdog.unwatch(holding)
         call = lock_call(LOCK_RELEASE, holding.redlock_keys, holding.token)
         try:
+            # back once a majority released: a hung minority costs nothing
+            # more (its calls are still sent, until their deadline)
             results = fanout.run_on_all(
-                holding.servers, call.script, call.keys, call.args, timeout=max(holding.lease, 1.0)
+                holding.servers,
+                call.script,
+                call.keys,
+                call.args,
+                timeout=max(holding.lease, 1.0),
+                enough=quorum(len(holding.servers.clients)),
+                success=0,
             )
         except BaseException:
             holding.end()  # not renewed any more: the leases free it
@@ -315,48 +331,31 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         holding.mark_lost(f"a majority no longer held it when the holder {action}")
         return False
 
-    def _states(self) -> list[Any]:
+    def _view(self) -> tuple[list[tuple[bytes | None, int]], int]:
+        """What a majority answers about the lock key (``redlock_servers.view``)."""
         settings = get_settings()
-        key = self._key_list(settings)[0]
-        states: list[Any] = []
-        for client in self._servers(settings).clients:
-            try:
-                pipe = client.pipeline(transaction=False)
-                pipe.get(key)
-                pipe.pttl(key)
-                states.append(pipe.execute())
-            except backend.BACKEND_ERRORS as exc:
-                states.append(exc)
-        return states
-
-    def _quorum_view(self) -> tuple[list[tuple[bytes | None, int]], int]:
-        states = self._states()
-        answered = [s for s in states if not isinstance(s, BaseException)]
-        if len(answered) < quorum(len(states)):
-            raise too_few_error(self.name, states, "inspect")
-        return answered, quorum(len(states))
+        return view(self._servers(settings), self._key_list(settings)[0], self.name)
 
     def locked(self) -> bool:
-        """Whether a majority of the servers hold the lock for anyone right now."""
-        answered, needed = self._quorum_view()
-        return sum(1 for value, _ in answered if value is not None) >= needed
+        """Whether one holder holds the lock on a majority of the servers right now."""
+        return majority_holder(*self._view()) is not None
 
     def owned(self) -> bool:
         """Whether a majority of the servers hold the lock for this holder."""
         holding = self._holding()
         if holding is None:
             return False
-        answered, needed = self._quorum_view()
+        answered, needed = self._view()
         found = (parse_lock_value(value) for value, _ in answered)
         return sum(1 for state in found if state and state.token == holding.token) >= needed
 
     def ttl(self) -> float | None:
         """Seconds a majority of the servers will keep holding it, or ``None`` when free."""
-        answered, needed = self._quorum_view()
-        remaining = sorted((pttl for value, pttl in answered if value is not None), reverse=True)
-        if len(remaining) < needed:
+        answered, needed = self._view()
+        pttls = majority_holder(answered, needed)
+        if pttls is None:
             return None
-        return max(remaining[needed - 1], 0) / 1000.0
+        return max(sorted(pttls, reverse=True)[needed - 1], 0) / 1000.0
 
     # errors -----------------------------------------------------------------------------
 

@@ -28,11 +28,13 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
-from . import backend
+from . import backend, fanout
 from .conf import generation
 from .fanout import Servers
 from .protocol import Call
-from .scripts import LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, Script
+from .quorum import quorum, too_few_error
+from .scripts import INSPECT_LOCKS, LOCK_ACQUIRE, LOCK_EXTEND, LOCK_RELEASE, Script
+from .state import parse_lock_value
 
 #: Key parts of a Redlock on each server: lock, fence, queue, deadlines.
 PARTS = ("redlock", "redlock-fence", "redlock-queue", "redlock-deadlines")
@@ -160,6 +162,19 @@ def server_of(location: object) -> str | None:
     return f"{host}:{port or 6379}"
 
 
+def _sentinel_deployment(location: object, sentinels: object) -> str | None:
+    """A Sentinel-watched primary: its service name and its sentinels."""
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if not isinstance(location, str) or not isinstance(sentinels, list | tuple):
+        return None
+    service = urlsplit(location).hostname or location
+    watchers = sorted(
+        f"{s[0]}:{s[1]}" for s in sentinels if isinstance(s, list | tuple) and len(s) >= 2
+    )
+    return f"Sentinel service {service!r} watched by {', '.join(watchers)}"
+
+
 def shared_server(aliases: Sequence[str], caches: Mapping[str, Any]) -> str | None:
     """Why two of ``aliases`` are one server (their ``LOCATION``), or ``None``.
 
@@ -168,7 +183,16 @@ def shared_server(aliases: Sequence[str], caches: Mapping[str, Any]) -> str | No
     seen: dict[str, str] = {}
     for alias in aliases:
         config = caches.get(alias)
-        server = server_of(config.get("LOCATION")) if isinstance(config, Mapping) else None
+        if not isinstance(config, Mapping):
+            continue
+        options = config.get("OPTIONS") or {}
+        sentinels = options.get("SENTINELS") if isinstance(options, Mapping) else None
+        if sentinels:
+            # LOCATION names the service (often "mymaster" everywhere), not a
+            # server: a deployment is its service and its sentinels
+            server = _sentinel_deployment(config.get("LOCATION"), sentinels)
+        else:
+            server = server_of(config.get("LOCATION"))
         if server is None:
             continue
         if server in seen:
@@ -218,3 +242,38 @@ def by_name(keys: Sequence[str]) -> dict[str, str]:
     """Redlock's keys (``key_list``) by the Lock scripts' names for them
     (``scripts.LOCK_ACQUIRE``): the same scripts, with every key sent."""
     return dict(zip(("lock", "fence", "queue", "deadlines"), keys, strict=True))
+
+
+#: How long ``Redlock.locked``, ``owned`` and ``ttl`` wait for any one server.
+INSPECT_TIMEOUT = 0.5
+
+
+def view(servers: Servers, key: str, name: str) -> tuple[list[tuple[bytes | None, int]], int]:
+    """Each answering server's ``(value, pttl)`` of ``key`` and how many make
+    a majority; ``LockBackendError`` when fewer answered. Every server is
+    asked at once, each reply awaited ``INSPECT_TIMEOUT`` at most: one hung
+    server must not hold up (with no socket timeout, for ever) a question a
+    majority can answer."""
+    states = fanout.run_on_all(
+        servers,
+        INSPECT_LOCKS,
+        INSPECT_LOCKS.keys_of_each([{"lock": key}]),
+        INSPECT_LOCKS.args_of_each([{}]),
+        timeout=INSPECT_TIMEOUT,
+    )
+    answered = [(s[0], int(s[1])) for s in states if not isinstance(s, BaseException)]
+    if len(answered) < quorum(len(states)):
+        raise too_few_error(name, states, "inspect")
+    return answered, quorum(len(states))
+
+
+def majority_holder(answered: list[tuple[bytes | None, int]], needed: int) -> list[int] | None:
+    """The lease left (ms) on each server of the one holder ``needed``
+    servers answered for; ``None`` when nobody has a majority (free, or a
+    split vote its contenders are about to undo)."""
+    by_token: dict[str, list[int]] = {}
+    for value, pttl in answered:
+        state = parse_lock_value(value)
+        if state is not None:
+            by_token.setdefault(state.token, []).append(pttl)
+    return next((pttls for pttls in by_token.values() if len(pttls) >= needed), None)

@@ -4,6 +4,7 @@ renewals that waited out a hung server."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import signal
 import threading
 import time
@@ -201,3 +202,82 @@ def test_renewals_do_not_wait_out_a_hung_server(redlock_servers: RedlockServers)
     for lock in locks:
         assert lock.owned()
         lock.release()
+
+
+# a hung minority, split votes and Sentinel deployments (a review of the scale-out layer)
+
+
+def _no_socket_timeout(servers: RedlockServers) -> Any:
+    from django.conf import settings
+
+    return override_settings(
+        CACHES={**settings.CACHES, **servers.caches(SOCKET_TIMEOUT=None)},
+        REDISLOCK={"REDLOCK": REDLOCK_ALIASES},
+    )
+
+
+def test_inspecting_and_releasing_do_not_wait_out_a_hung_minority(
+    redlock_servers: RedlockServers,
+) -> None:
+    """``locked()`` asked the servers one by one with no reply timeout: with
+    no socket timeout one hung server blocked it for ever. ``release()``
+    waited for the hung server until the lease ran out."""
+    with _no_socket_timeout(redlock_servers):
+        lock = Redlock("hung-minority", timeout=6, auto_renew=False)
+        assert lock.acquire()
+        hung = redlock_servers.servers[0].process
+        assert hung is not None
+        hung.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            with concurrent.futures.ThreadPoolExecutor(1) as pool:  # bounded if it blocks
+                assert pool.submit(lock.locked).result(timeout=5)
+            assert lock.owned()
+            assert 2.5 < (lock.ttl() or 0) <= 6  # (each question waits 0.5 s for the hung one)
+            lock.release()
+            took = time.monotonic() - started
+        finally:
+            hung.send_signal(signal.SIGCONT)
+    assert took < 4.0, f"took {took:.1f} s with one hung server of five (lease 6 s)"
+
+
+def test_a_split_vote_is_neither_locked_nor_given_a_ttl(redlock_servers: RedlockServers) -> None:
+    """Three contenders holding one server each: nobody holds the Redlock."""
+    key = "redislock:{split}:redlock"
+    for server, token in zip(redlock_servers.servers[:3], ("aa", "bb", "cc"), strict=True):
+        with server.client() as client:
+            client.set(key, f"{token}:0:1:1:5000:0:h:1:t", px=5000)
+    lock = Redlock("split")
+    assert not lock.locked()
+    assert lock.ttl() is None
+    with redlock_servers.servers[3].client() as client:
+        client.set(key, "aa:0:1:1:5000:0:h:1:t", px=5000)
+    with redlock_servers.servers[4].client() as client:
+        client.set(key, "aa:0:1:1:5000:0:h:1:t", px=5000)
+    assert lock.locked()  # "aa" on three of five
+    assert 4 < (lock.ttl() or 0) <= 5
+
+
+def test_independent_sentinel_deployments_of_one_service_name_are_not_one_server() -> None:
+    from django_redislock.redlock_servers import shared_server
+
+    def sentinel(*hosts: tuple[str, int]) -> dict[str, Any]:
+        return {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": "redis://mymaster/0",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": list(hosts),
+            },
+        }
+
+    caches = {
+        "a": sentinel(("10.0.1.1", 26379), ("10.0.1.2", 26379)),
+        "b": sentinel(("10.0.2.1", 26379)),
+        "c": sentinel(("10.0.3.1", 26379)),
+    }
+    assert shared_server(["a", "b", "c"], caches) is None
+    caches["c"] = sentinel(("10.0.1.2", 26379), ("10.0.1.1", 26379))  # a's, listed otherwise
+    reason = shared_server(["a", "b", "c"], caches)
+    assert reason is not None and "'a' and 'c'" in reason and "mymaster" in reason
