@@ -56,8 +56,8 @@ def check_token(token: object) -> int:
         raise TypeError(
             f"token must be an int fencing token (lock.fencing_token), not {type(token).__name__}."
         )
-    if token <= 0:
-        raise ValueError(f"token must be a positive fencing token, got {token!r}.")
+    if not 0 < token < 2**63:  # what a BigIntegerField holds; the tokens are below 2**53
+        raise ValueError(f"token must be a positive fencing token below 2**63, got {token!r}.")
     return token
 
 

@@ -20,11 +20,19 @@ from .permits import LIMIT_MISMATCH, AsyncPermitPrimitive, PermitBase, PermitPri
 from .scripts import SEMAPHORE_ACQUIRE
 from .validation import fixed
 
+#: The largest limit: Lua's numbers are doubles, exact up to 2**53; past it two
+#: limits could compare equal, and a huge one would read as infinity.
+MAX_LIMIT = 2**53
+
 
 def check_limit(limit: object) -> int:
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ValueError(
             f"limit must be an int of at least 1, got {limit!r} ({type(limit).__name__})."
+        )
+    if limit > MAX_LIMIT:
+        raise ValueError(
+            f"limit must be an int of at most 2**53, got 2**{limit.bit_length() - 1} or more."
         )
     return limit
 

@@ -68,12 +68,16 @@ def check_seconds(
         raise TypeError(f"{argument} must be a number of seconds, not None.")
     if isinstance(value, bool) or not isinstance(value, _NUMBERS):
         raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}.")
-    if math.isnan(value) or math.isinf(value):
+    try:
+        seconds = float(value)
+    except OverflowError:  # an int beyond any float: no number of seconds
+        raise ValueError(f"{argument} must be finite, got an int too large for a float.") from None
+    if math.isnan(seconds) or math.isinf(seconds):
         raise ValueError(f"{argument} must be finite, got {value!r}.")
-    if value < 0 or (value == 0 and not allow_zero):
+    if seconds < 0 or (seconds == 0 and not allow_zero):
         bound = "non-negative" if allow_zero else "positive"
         raise ValueError(f"{argument} must be {bound}, got {value!r}.")
-    return float(value)
+    return seconds
 
 
 def check_bool(value: object, argument: str, *, allow_none: bool = True) -> bool | None:

@@ -477,3 +477,22 @@ def test_lock_and_semaphore_of_one_name_are_independent() -> None:
     with Lock("same"), Semaphore("same", 1) as sem:
         assert sem.owned()
         assert not Semaphore("same", 1).acquire(blocking=False)
+
+
+def test_numbers_beyond_what_redis_and_floats_hold_are_value_errors() -> None:
+    """An int too big for a float escaped as ``OverflowError``; a limit past
+    2**53 reached Lua as a double (found by a review)."""
+    from django_redislock import Lock, fenced_update
+
+    huge = 10**400
+    with pytest.raises(
+        ValueError, match="timeout must be finite, got an int too large for a float"
+    ):
+        Lock("x", timeout=huge)
+    with pytest.raises(ValueError, match="blocking_timeout must be finite"):
+        Semaphore("x", 2, blocking_timeout=huge)
+    with pytest.raises(ValueError, match="at most 2\\*\\*53"):
+        Semaphore("x", 2**53 + 1)
+    assert Semaphore("x", 2**53).limit == 2**53
+    with pytest.raises(ValueError, match="below 2\\*\\*63"):
+        fenced_update(object(), 2**63)  # type: ignore[arg-type]
