@@ -54,19 +54,16 @@ IDLE_EXIT = 30.0
 class _Batch:
     """One fan-out: a result slot per server, and which slots are settled.
 
-    ``short`` counts down the replies of ``success`` its caller still needs
-    before it stops waiting for the rest (``None``: it waits for every server)."""
+    ``short`` counts down the replies of 1 its caller still needs before it
+    stops waiting for the rest (``None``: it waits for every server)."""
 
-    __slots__ = ("abandoned", "done", "results", "settled", "short", "success", "unsettled")
+    __slots__ = ("abandoned", "done", "results", "settled", "short", "unsettled")
 
-    def __init__(
-        self, count: int, unsettled: int, enough: int | None = None, success: Any = 1
-    ) -> None:
+    def __init__(self, count: int, unsettled: int, enough: int | None = None) -> None:
         self.results: list[Any] = [None] * count
         self.settled = [False] * count
         self.unsettled = unsettled
         self.short = enough
-        self.success = success
         self.done = threading.Condition(threading.Lock())
         self.abandoned = False
 
@@ -76,7 +73,7 @@ class _Batch:
                 self.results[index] = result
                 self.settled[index] = True
                 self.unsettled -= 1
-                if self.short is not None and result == self.success:
+                if self.short is not None and result == 1:
                     self.short -= 1
                 if self.enough:  # the caller wakes once, or at a deadline
                     self.done.notify()
@@ -211,7 +208,6 @@ class Servers:
         timeout: float | None,
         only: Sequence[int] | None = None,
         enough: int | None = None,
-        success: Any = 1,
     ) -> list[Any]:
         """Run ``script`` on every server (or those numbered in ``only``) at once.
 
@@ -221,15 +217,15 @@ class Servers:
         ``only`` get ``None``. A hung server's call fails at once (see the
         module docstring). Any other exception is raised.
 
-        With ``enough``, it returns as soon as that many servers answered
-        ``success`` (a renewal or a release that has its majority: 1 or 0),
-        with ``None`` for the servers that
+        With ``enough``, it returns as soon as that many servers answered 1
+        (a renewal or a fence write that has its majority), with ``None`` for
+        the servers that
         had not answered yet: their calls are still sent (until their reply
         deadline), and a server that hangs costs nothing more than one that
         answers at once.
         """
         indices = range(len(self.clients)) if only is None else tuple(only)
-        batch = _Batch(len(self.clients), len(indices), enough, success)
+        batch = _Batch(len(self.clients), len(indices), enough)
         pools = self._live_pools()
         sent = time.monotonic()
         deadlines = {i: _deadline(sent, timeout, self._limits[i]) for i in indices}
@@ -298,9 +294,6 @@ def run_on_all(
     timeout: float | None,
     only: Sequence[int] | None = None,
     enough: int | None = None,
-    success: Any = 1,
 ) -> list[Any]:
     """``servers.run(...)``: the one place every Redlock fan-out passes."""
-    return servers.run(
-        script, keys, args, timeout=timeout, only=only, enough=enough, success=success
-    )
+    return servers.run(script, keys, args, timeout=timeout, only=only, enough=enough)

@@ -47,6 +47,9 @@ from .state import parse_lock_value
 from .validation import Options, check_name, fixed, wait_budget
 from .watchdog import watchdog
 
+#: How long a release waits for any one server's answer.
+RELEASE_TIMEOUT = 1.0
+
 
 class Redlock(ThreadHandle, signals.Announcer, Options):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
@@ -282,16 +285,12 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         watchdog.unwatch(holding)
         call = lock_call(LOCK_RELEASE, holding.redlock_keys, holding.token)
         try:
-            # back once a majority released: a hung minority costs nothing
-            # more (its calls are still sent, until their deadline)
+            # every server's answer, each awaited RELEASE_TIMEOUT at most: a
+            # hung one costs that, not the lease (or, with no socket timeout,
+            # its whole length); one that does not answer in time frees its
+            # copy when the lease ends
             results = fanout.run_on_all(
-                holding.servers,
-                call.script,
-                call.keys,
-                call.args,
-                timeout=max(holding.lease, 1.0),
-                enough=quorum(len(holding.servers.clients)),
-                success=0,
+                holding.servers, call.script, call.keys, call.args, timeout=RELEASE_TIMEOUT
             )
         except BaseException:
             holding.end()  # not renewed any more: the leases free it
