@@ -71,7 +71,9 @@ def test_shop_load_runs_buyers_on_the_embedded_redis(tmp_path: Path) -> None:
     assert "using an embedded fakeredis server" in result.stderr
     assert "3 buyers for 2 s" in result.stdout
     assert "[##############################]" in result.stdout  # the progress bar ends full
-    done = re.search(r"^Done: (\d+) bought, (\d+) answered 423\.$", result.stdout, re.MULTILINE)
+    done = re.search(
+        r"^Done: (\d+) bought, (\d+) answered 423(, \d+ x sold out)?\.$", result.stdout, re.M
+    )
     assert done, result.stdout
     assert int(done.group(1)) > 0
 
@@ -90,3 +92,54 @@ def test_shop_load_rejects_bad_arguments(
     assert result.returncode == 1
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+SHOP_EDGES = """
+import threading
+from django.core.management import CommandError, call_command
+from django.test import Client
+from django.urls import reverse
+from django_redislock import Lock, Semaphore
+from example_project.shop.models import Order, SKU
+
+client = Client(SERVER_NAME="127.0.0.1", raise_request_exception=False)
+sku = SKU.objects.order_by("pk").first()
+buy = reverse("shop:buy", args=[sku.pk])
+for odd in ("\\u00b2", "9" * 5000, "-1", "1.5"):  # ignored, never a 500
+    assert client.post(buy, {"think_ms": odd}).status_code == 302, odd
+
+held, done = threading.Event(), threading.Event()
+def hold(*primitives):
+    for p in primitives:
+        p.acquire()
+    held.set()
+    done.wait(60)
+    for p in primitives:
+        p.release()
+holder = threading.Thread(target=hold, args=(Semaphore("payment-provider", 2),))
+other = threading.Thread(target=hold, args=(Semaphore("payment-provider", 2), Lock("report:daily")))
+holder.start(); held.wait(10); held.clear(); other.start(); held.wait(10)
+orders = Order.objects.count()
+answer = client.post(buy, {"think_ms": "1"})  # the provider stays busy
+print("busy", answer.status_code, answer["Retry-After"], Order.objects.count() - orders)
+try:
+    call_command("shop_load", "--seconds", "1", "--buyers", "1")
+except CommandError as exc:
+    print("second run:", exc)
+done.set(); holder.join(); other.join()
+out = client.post(buy)
+print("outcome", out.status_code, out["X-Shop-Outcome"])
+"""
+
+
+def test_shop_edges_answer_instead_of_crashing(tmp_path: Path) -> None:
+    """Found by a review of the example shop: odd ``think_ms`` values and a
+    busy payment provider were 500s, a second ``shop_load`` a traceback."""
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    assert manage(tmp_path, "seed_shop").returncode == 0
+    result = manage(tmp_path, "shell", "-c", SHOP_EDGES)
+    assert result.returncode == 0, result.stderr
+    assert "busy 503 " in result.stdout and "Traceback" not in result.stderr
+    assert re.search(r"^busy 503 \d+ 0$", result.stdout, re.M), result.stdout  # nothing sold
+    assert "second run: Another shop_load run is going" in result.stdout
+    assert "outcome 302 bought" in result.stdout

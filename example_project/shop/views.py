@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import time
 
 from django.contrib import messages
@@ -8,7 +9,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from django_redislock import InsufficientStock, Semaphore, require_lock
+from django_redislock import (
+    InsufficientStock,
+    LockBackendError,
+    LockTimeout,
+    Semaphore,
+    require_lock,
+)
 
 from . import load
 from .models import SKU, Order
@@ -30,19 +37,30 @@ def buy(request: HttpRequest, pk: int) -> HttpResponse:
     sku = get_object_or_404(SKU, pk=pk)
     buyer = request.user.get_username() if request.user.is_authenticated else "guest"
     think = request.POST.get("think_ms", "")
-    think_ms = min(int(think), MAX_THINK_MS) if think.isdigit() else 0
+    think_ms = min(int(think), MAX_THINK_MS) if re.fullmatch(r"[0-9]{1,5}", think) else 0
     try:
         with transaction.atomic():
             if think_ms:  # a slow payment provider that takes two calls at a time
-                with Semaphore("payment-provider", 2, timeout=10):
+                # (a wait longer than the longest payment: a busy slot frees in time)
+                with Semaphore(
+                    "payment-provider", 2, timeout=10, blocking_timeout=MAX_THINK_MS / 500
+                ):
                     time.sleep(think_ms / 1000)
             sku.deduct(1)
             Order.objects.create(sku=sku, quantity=1, buyer=buyer)
     except InsufficientStock:
         messages.error(request, f"Sorry, {sku.title} is sold out.")
+        outcome = load.SOLD_OUT
+    except LockTimeout as exc:  # the payment provider stayed busy: try again shortly
+        response = HttpResponse("The payment provider is busy; try again.", status=503)
+        response["Retry-After"] = str(max(1, round(exc.retry_after or 1)))
+        return response
     else:
         messages.success(request, f"Bought one {sku.title}; {sku.stock} left.")
-    return redirect("shop:index")
+        outcome = load.BOUGHT
+    response = redirect("shop:index")
+    response[load.OUTCOME_HEADER] = outcome  # for shop_load's tally
+    return response
 
 
 def orders(request: HttpRequest) -> HttpResponse:
@@ -53,7 +71,12 @@ def orders(request: HttpRequest) -> HttpResponse:
 @require_POST
 def start_load(request: HttpRequest) -> HttpResponse:
     """The shop page's button: ``shop_load`` for a minute, inside this server."""
-    if load.start_in_background(seconds=60, buyers=8):
+    try:
+        started = load.start_in_background(seconds=60, buyers=8)
+    except LockBackendError as exc:
+        messages.error(request, f"Redis is unreachable, so no load run: {exc}")
+        return redirect("shop:index")
+    if started:
         messages.success(
             request, "8 buyers are shopping for 60 s: watch /admin/django_redislock/heldlock/."
         )

@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_redislock import LockBackendError, LockTimeout
 from example_project.shop import load
 
 BAR = 30
@@ -58,6 +59,10 @@ class Command(BaseCommand):
         try:
             tally = load.run(seconds=seconds, buyers=buyers, think_ms=think_ms, progress=progress)
         except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        except LockTimeout as exc:  # report:daily: another run holds it
+            raise CommandError(f"Another shop_load run is going ({exc}).") from exc
+        except LockBackendError as exc:
             raise CommandError(str(exc)) from exc
         if tty:
             self.stdout.write("")
