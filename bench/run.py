@@ -140,8 +140,15 @@ def _get(results: Any, workers: list[Any], timeout: float) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tests.servers import RedisServer
+    from tests.servers import REDIS_SERVER, SERVER_KIND, RedisServer
 
+    if REDIS_SERVER is None:  # the bench starts its own; it never uses a shared one
+        print(
+            f"The bench needs a {SERVER_KIND}-server binary on PATH (it starts a private "
+            f"one on a free port): install Redis (apt-get install redis-server).",
+            file=sys.stderr,
+        )
+        return 2
     with RedisServer() as server:
         setup_django(server.url)
         redis_version = server.client().info("server")["redis_version"]
