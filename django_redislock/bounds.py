@@ -322,13 +322,20 @@ class Janitor:
     ) -> None:
         """Send ``call`` on ``client`` (the cache's sync client) in the background,
         once the abandoned command ``after`` (a worker's, see ``Abandoned``) ended."""
+        if self._pid != os.getpid():  # forked without the hooks: the parent's thread is not here
+            self._reset_after_fork()
         with self._lock:
             self._pending.append((client, call, time.monotonic() + CLEANUP_PATIENCE, after))
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._run, name="django-redislock-janitor", daemon=True
                 )
-                self._thread.start()
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread": the next submit tries again
+                    logger.warning("Could not start the janitor thread", exc_info=True)
+                    return
+                self._thread = thread
 
     def pending(self) -> int:
         """How many clean-ups are waiting to be delivered (for tests)."""

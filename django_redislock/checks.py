@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
@@ -76,18 +77,34 @@ def _shard_problem(alias: str, config: Any) -> CheckMessage | None:
     )
 
 
+def _url_options(location: object) -> dict[str, str]:
+    """The query of a cache's (first) LOCATION URL, as redis-py's ``from_url`` reads it."""
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    if not isinstance(location, str):
+        return {}
+    query = urlsplit(location.split(",")[0].strip()).query
+    return {key: values[-1] for key, values in parse_qs(query).items()}
+
+
 def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
     """Without socket timeouts a hung Redis blocks a request until the OS gives
     up (minutes), and a lost lease is reported late."""
     options = config.get("OPTIONS") or {}
-    pool = options.get("CONNECTION_POOL_KWARGS") or {}
+    # django-redis's pool kwargs, Redis Cluster's, and the LOCATION URL's query
+    # (redis-py's from_url applies ?socket_timeout=5 to the connections)
+    pool = {
+        **_url_options(config.get("LOCATION")),
+        **(options.get("CLUSTER_KWARGS") or {}),
+        **(options.get("CONNECTION_POOL_KWARGS") or {}),
+    }
     if config.get("BACKEND") == "django.core.cache.backends.redis.RedisCache":
         names = {
             "SOCKET_CONNECT_TIMEOUT": "socket_connect_timeout",
             "SOCKET_TIMEOUT": "socket_timeout",
         }
         # named as this backend spells them in OPTIONS
-        missing = [v for v in names.values() if options.get(v) is None]
+        missing = [v for v in names.values() if options.get(v) is None and pool.get(v) is None]
         suggestion = ", ".join(f"{names[k]!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
     else:
         missing = [

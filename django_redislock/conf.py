@@ -136,12 +136,12 @@ def _check_redlock(value: Any) -> Problem | None:
 
 
 def _check_stats(value: Any) -> Problem | None:
-    if isinstance(value, bool) or (_finite(value) and value >= 0.001):
+    if isinstance(value, bool) or (_finite(value) and 0.001 <= value <= MAX_LEASE):
         return None
     return Problem(
         "E012",
-        f"REDISLOCK['STATS'] must be True, False or a positive number of seconds "
-        f"(how long idle counters are kept), not {value!r}.",
+        f"REDISLOCK['STATS'] must be True, False or a positive number of seconds, at "
+        f"most a year (how long idle counters are kept), not {value!r}.",
         "False turns the per-name usage counters off; True keeps them for an hour.",
     )
 

@@ -121,8 +121,15 @@ class _Pool:
                 return False
             self._waiting += 1
             if self._waiting > self._idle and self._workers < self.max_workers:
-                self._workers += 1
-                threading.Thread(target=self._work, name="redislock-fanout", daemon=True).start()
+                thread = threading.Thread(target=self._work, name="redislock-fanout", daemon=True)
+                try:
+                    thread.start()
+                except RuntimeError:  # "can't start new thread": nothing was started
+                    if not self._workers:  # nobody would ever take the job
+                        self._waiting -= 1
+                        return False
+                else:
+                    self._workers += 1  # (under _mutex: the thread cannot count itself out first)
         self._jobs.put(job)
         return True
 

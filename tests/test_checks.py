@@ -292,3 +292,30 @@ def test_sqlite_with_atomic_requests_and_inventory_warns_w003(
     assert check_inventory_database() == []
     monkeypatch.setattr(settings, "DATABASES", {"default": sqlite})
     assert check_inventory_database() == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        {"LOCATION": "redis://127.0.0.1:1/0?socket_timeout=5&socket_connect_timeout=5"},
+        {
+            "LOCATION": ["redis://127.0.0.1:7000"],
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redislock.cluster.ClusterClient",
+                "CLUSTER_KWARGS": {"socket_timeout": 5, "socket_connect_timeout": 5},
+            },
+        },
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0?socket_timeout=5&socket_connect_timeout=5",
+        },
+    ],
+    ids=["url-query", "cluster-kwargs", "django-url-query"],
+)
+def test_w002_sees_socket_timeouts_set_in_the_url_or_the_cluster_kwargs(
+    config: dict[str, Any],
+) -> None:
+    """Found by a review: it warned although the connections had timeouts."""
+    cache = {"BACKEND": "django_redis.cache.RedisCache", **config}
+    with override_settings(REDISLOCK={}, CACHES={"default": cache}):
+        assert [m.id for m in check_settings()] == []

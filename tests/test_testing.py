@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.db import transaction
 from django.test import override_settings
@@ -49,3 +51,26 @@ def test_fakeredis_caches_serve_locks_across_threads(other_thread: OtherThread) 
             assert other_thread(Lock("fake").acquire, blocking=False) is False
         assert not lock.locked()
         assert_no_locks_held()
+
+
+@pytest.fixture
+def _no_leaked_locks_as_documented() -> Any:
+    """The fixture docs/testing-your-project.md gives (its teardown runs before
+    pytest-django's transaction ends)."""
+    from django_redislock.testing import release_transaction_holds
+
+    yield
+    release_transaction_holds()  # what the test's rollback would release
+    assert_no_locks_held()
+
+
+@pytest.mark.django_db
+@pytest.mark.usefixtures("_no_leaked_locks_as_documented")
+def test_the_documented_leak_fixture_passes_a_deduct_in_a_django_db_test() -> None:
+    """Without its release_transaction_holds(), the documented fixture failed
+    every django_db test that deducted (found by a review)."""
+    from tests.models import Item
+
+    item = Item.objects.create(stock=2)
+    assert item.deduct(1) == 1
+    assert Lock(Item.inventory_lock_name(item.pk)).locked()  # held until the transaction ends
