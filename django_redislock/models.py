@@ -202,25 +202,22 @@ class InventoryMixin(models.Model):
 
     @classmethod
     def _check_quantity(cls, quantity: object, argument: str = "quantity") -> int:
-        """A positive int the stock field can hold (its validators' range on
-        this database): a larger one is an overflow inside the transaction."""
+        """A positive int the stock field can hold (``_stock_limit``): a larger
+        one is an overflow inside the transaction."""
         quantity = check_quantity(quantity, argument)
-        field = cls._meta.get_field(cls.stock_field)
-        try:
-            if quantity > MAX_QUANTITY:  # Django 4.2 gives SQLite's fields no range
-                raise ValidationError(f"Ensure this value is at most {MAX_QUANTITY}.")
-            if isinstance(field, models.Field):
-                field.run_validators(quantity)
-        except ValidationError as exc:
+        limit = cls._stock_limit()
+        if quantity > limit:
             raise ValueError(
                 f"{argument} {quantity!r} is out of range for {cls.__name__}."
-                f"{cls.stock_field}: {' '.join(exc.messages)}"
-            ) from exc
+                f"{cls.stock_field}: it holds at most {limit}."
+            )
         return quantity
 
     @classmethod
     def _stock_limit(cls) -> int:
-        """The most the stock field holds (its validators' range on this database)."""
+        """The most the stock field holds: its validators' range on this
+        database, and a signed 64-bit integer at most (Django 4.2 gives
+        SQLite's fields no range)."""
         field = cls._meta.get_field(cls.stock_field)
         limit = MAX_QUANTITY
         for validator in getattr(field, "validators", ()):
