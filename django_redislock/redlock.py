@@ -34,6 +34,7 @@ from .quorum import MIN_LEASE, QuorumAttempt, check_lease, quorum, too_few_error
 from .quorum import acquire as quorum_acquire
 from .redlock_holding import RedlockHolding
 from .redlock_servers import (
+    by_token,
     check_aliases,
     key_list,
     lock_call,
@@ -43,7 +44,6 @@ from .redlock_servers import (
     view,
 )
 from .scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
-from .state import parse_lock_value
 from .validation import Options, check_name, fixed, wait_budget
 from .watchdog import watchdog
 
@@ -345,8 +345,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         if holding is None:
             return False
         answered, needed = self._view()
-        found = (parse_lock_value(value) for value, _ in answered)
-        return sum(1 for state in found if state and state.token == holding.token) >= needed
+        return len(by_token(answered).get(holding.token, ())) >= needed
 
     def ttl(self) -> float | None:
         """Seconds a majority of the servers will keep holding it, or ``None`` when free."""

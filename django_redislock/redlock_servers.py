@@ -267,13 +267,18 @@ def view(servers: Servers, key: str, name: str) -> tuple[list[tuple[bytes | None
     return answered, quorum(len(states))
 
 
-def majority_holder(answered: list[tuple[bytes | None, int]], needed: int) -> list[int] | None:
-    """The lease left (ms) on each server of the one holder ``needed``
-    servers answered for; ``None`` when nobody has a majority (free, or a
-    split vote its contenders are about to undo)."""
-    by_token: dict[str, list[int]] = {}
+def by_token(answered: list[tuple[bytes | None, int]]) -> dict[str, list[int]]:
+    """The lease left (ms) on each server, by the token that holds it there."""
+    found: dict[str, list[int]] = {}
     for value, pttl in answered:
         state = parse_lock_value(value)
         if state is not None:
-            by_token.setdefault(state.token, []).append(pttl)
-    return next((pttls for pttls in by_token.values() if len(pttls) >= needed), None)
+            found.setdefault(state.token, []).append(pttl)
+    return found
+
+
+def majority_holder(answered: list[tuple[bytes | None, int]], needed: int) -> list[int] | None:
+    """``by_token``'s entry of the one holder ``needed`` servers answered for;
+    ``None`` when nobody has a majority (free, or a split vote its contenders
+    are about to undo)."""
+    return next((p for p in by_token(answered).values() if len(p) >= needed), None)
