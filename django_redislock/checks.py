@@ -79,12 +79,12 @@ def _shard_problem(alias: str, config: Any) -> CheckMessage | None:
 
 def _url_options(location: object) -> dict[str, str]:
     """The query of a cache's (first) LOCATION URL, as redis-py's ``from_url`` reads it."""
-    if isinstance(location, list | tuple):
-        location = location[0] if location else None
-    if not isinstance(location, str):
+    from .redlock_servers import first_url
+
+    first = first_url(location)
+    if first is None:
         return {}
-    query = urlsplit(location.split(",")[0].strip()).query
-    return {key: values[-1] for key, values in parse_qs(query).items()}
+    return {key: values[-1] for key, values in parse_qs(urlsplit(first).query).items()}
 
 
 def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:

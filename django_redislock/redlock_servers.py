@@ -138,6 +138,14 @@ def check_aliases(using: object) -> tuple[str, ...] | None:
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
+def first_url(location: object) -> str | None:
+    """A cache ``LOCATION``'s first URL (of a list, or of one string with
+    commas: the primary), or ``None`` when it holds none."""
+    if isinstance(location, list | tuple):
+        location = location[0] if location else None
+    return location.split(",")[0].strip() if isinstance(location, str) else None
+
+
 def server_of(location: object) -> str | None:
     """The server a cache's ``LOCATION`` writes to, as ``host:port`` or
     ``unix:<path>``; ``None`` when it cannot tell.
@@ -145,12 +153,11 @@ def server_of(location: object) -> str | None:
     The database number is left out: two databases of one server fail
     together. With several URLs (a list, or commas) the first is the primary.
     """
-    if isinstance(location, list | tuple):
-        location = location[0] if location else None
-    if not isinstance(location, str):
+    first = first_url(location)
+    if first is None:
         return None
     try:
-        url = urlsplit(location.split(",")[0].strip())
+        url = urlsplit(first)
         port = url.port
     except ValueError:
         return None
@@ -164,11 +171,10 @@ def server_of(location: object) -> str | None:
 
 def _sentinel_deployment(location: object, sentinels: object) -> str | None:
     """A Sentinel-watched primary: its service name and its sentinels."""
-    if isinstance(location, list | tuple):
-        location = location[0] if location else None
-    if not isinstance(location, str) or not isinstance(sentinels, list | tuple):
+    first = first_url(location)
+    if first is None or not isinstance(sentinels, list | tuple):
         return None
-    service = urlsplit(location).hostname or location
+    service = urlsplit(first).hostname or first
     watchers = sorted(
         f"{s[0]}:{s[1]}" for s in sentinels if isinstance(s, list | tuple) and len(s) >= 2
     )
