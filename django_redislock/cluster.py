@@ -27,6 +27,7 @@ client holds a pool per node, too costly to repeat).
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -102,6 +103,12 @@ class _Clusters:
     """One ``RedisCluster`` per (startup nodes, options), per process."""
 
     def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Start empty: also in a forked child, where another thread of the
+        parent may have held the lock at ``fork()`` (it would stay locked for
+        ever) and a client's own locks and node tables are the parent's."""
         self._lock = threading.Lock()
         self._clients: dict[str, RedisCluster] = {}
 
@@ -121,6 +128,8 @@ class _Clusters:
 
 
 _clusters = _Clusters()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_clusters._reset)
 
 
 class ClusterClient(DefaultClient):  # type: ignore[misc]

@@ -175,3 +175,25 @@ def test_a_child_forked_without_the_hooks_never_writes_its_parents_counts(
     assert redis_client.hget("redislock:{hookless}:stats", "acquired") == b"1"
     minutes = [m for m in hot.read(redis_client, "redislock", time.time(), 2) if m]
     assert [m["hookless"]["acquired"] for m in minutes] == [1]
+
+
+def test_cluster_clients_start_afresh_in_the_child() -> None:
+    """A fork while another thread builds a ``RedisCluster`` client (holding
+    the table's lock) must not leave the child's table locked for ever, nor
+    hand it the parent's client."""
+    from django_redislock import cluster
+
+    clusters = cluster._clusters
+    clusters._clients["parent's"] = object()  # type: ignore[assignment]
+    try:
+        with clusters._lock:
+
+            def child() -> int:
+                if not clusters._lock.acquire(timeout=2):
+                    return 2
+                clusters._lock.release()
+                return 0 if not clusters._clients else 3
+
+            assert fork_and_run(child) == 0
+    finally:
+        clusters._clients.pop("parent's", None)
