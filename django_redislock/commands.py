@@ -76,23 +76,7 @@ def single_run(
         def wrapper(command: BaseCommand, *args: Any, **options: Any) -> Any:
             lock_name = _lock_name(name, command, options)
             lock = Lock(lock_name, timeout=timeout, blocking_timeout=blocking_timeout, using=using)
-            try:
-                lock.__enter__()
-            except LockBackendError as exc:  # a failed run (status 1), not a skipped one
-                raise CommandError(
-                    f"{_command_name(command)} could not take its lock {lock_name!r}: {exc}"
-                ) from exc
-            except LockTimeout as exc:
-                retry = (
-                    f"; retry in about {max(1, math.ceil(exc.retry_after))} s"
-                    if exc.retry_after
-                    else ""
-                )
-                raise CommandError(
-                    f"{_command_name(command)} is already running (lock {lock_name!r} is held)"
-                    f"{retry}.",
-                    returncode=ALREADY_RUNNING,
-                ) from exc
+            _enter(lock, command)
             try:
                 result = handle(command, *args, **options)
             except BaseException as exc:
@@ -110,6 +94,26 @@ def single_run(
         return cast(Handle, wrapper)
 
     return decorator
+
+
+def _enter(lock: Lock, command: BaseCommand) -> None:
+    """Take ``lock`` for a run, or say in one line why the run cannot start:
+    already running (``ALREADY_RUNNING``), or failed (status 1) when Redis is
+    unreachable or does not answer in time."""
+    try:
+        lock.__enter__()
+    except LockBackendError as exc:  # a failed run (status 1), not a skipped one
+        raise CommandError(
+            f"{_command_name(command)} could not take its lock {lock.name!r}: {exc}"
+        ) from exc
+    except LockTimeout as exc:
+        retry = (
+            f"; retry in about {max(1, math.ceil(exc.retry_after))} s" if exc.retry_after else ""
+        )
+        raise CommandError(
+            f"{_command_name(command)} is already running (lock {lock.name!r} is held){retry}.",
+            returncode=ALREADY_RUNNING,
+        ) from exc
 
 
 def _release_after_failure(lock: Lock, exc: BaseException) -> None:

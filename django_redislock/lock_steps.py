@@ -186,42 +186,19 @@ class LockBase(Handle, Primitive):
             return HELD_RESULT
 
         token, holder = new_token(), holder_description()
+        # a handoff's first lease (scripts/lock_acquire.lua): without a watchdog
+        # the next attempt takes it instead, with the full lease
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
+        grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
+        release = Call(
+            LOCK_RELEASE, resolved.keys_for(LOCK_RELEASE), LOCK_RELEASE.args_of(token=token)
+        )
         args = self._attempt_args(
             token, resolved.lease_ms, "wait" if may_wait else "try", holder, waiter_ttl_ms,
             settings.stats_ttl_ms,
         )  # fmt: skip
-        acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
-        release = Call(
-            LOCK_RELEASE,
-            resolved.keys_for(LOCK_RELEASE),
-            LOCK_RELEASE.args_of(token=token),
-        )
-        # The cancel script leaves the queue and passes on a lock the attempt
-        # was granted or handed: the clean-up after an interruption, too.
-        cancel = Call(LOCK_CANCEL, release.keys, release.args)
-        # a handoff's first lease (scripts/lock_acquire.lua): without a watchdog
-        # the next attempt takes it instead, with the full lease
-        grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
-        outcome = yield from protocol.acquire(
-            protocol.Attempt(
-                name=self.name,
-                call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
-                parse=acquire_reply,
-                leave=cancel,
-                undo=cancel,
-                signal_key=resolved.sigprefix + token,
-                chunk=resolved.chunk,
-                may_wait=may_wait,
-                deadline=deadline,
-                handoff_lease=grant,
-                on_wait=lambda: Call(
-                    LOCK_ACQUIRE,
-                    acquire_keys,
-                    LOCK_ACQUIRE.args_of(**args, waited_ms=self._waited(begun)),
-                ),
-            )
-        )
+        attempt = self._attempt(resolved, args, release, may_wait, deadline, grant, begun)
+        outcome = yield from protocol.acquire(attempt)
         if not outcome.held:
             self._announce_contended(begun)
             return AcquireResult.refused(outcome.value)
@@ -230,6 +207,40 @@ class LockBase(Handle, Primitive):
         )
         self._held(hold_key, holding, resolved, outcome, grant, begun)
         return HELD_RESULT
+
+    def _attempt(
+        self,
+        resolved: Resolved,
+        args: dict[str, Any],
+        release: Call,
+        may_wait: bool,
+        deadline: float | None,
+        grant: float,
+        begun: float,
+    ) -> protocol.Attempt:
+        """The fair acquire's attempt for a new hold: ``args`` named as the
+        acquire script names them, ``release`` the hold's release call."""
+        acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
+        # The cancel script leaves the queue and passes on a lock the attempt
+        # was granted or handed: the clean-up after an interruption, too.
+        cancel = Call(LOCK_CANCEL, release.keys, release.args)
+        return protocol.Attempt(
+            name=self.name,
+            call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
+            parse=acquire_reply,
+            leave=cancel,
+            undo=cancel,
+            signal_key=resolved.sigprefix + args["token"],
+            chunk=resolved.chunk,
+            may_wait=may_wait,
+            deadline=deadline,
+            handoff_lease=grant,
+            on_wait=lambda: Call(
+                LOCK_ACQUIRE,
+                acquire_keys,
+                LOCK_ACQUIRE.args_of(**args, waited_ms=self._waited(begun)),
+            ),
+        )
 
     def _held(
         self,
