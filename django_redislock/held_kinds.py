@@ -7,7 +7,7 @@ A ``Kind`` names the key part that exists exactly while the primitive is held
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -54,12 +54,32 @@ class Kind(Protocol):
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
         """Everything known about ``name``; ``None`` when it is not held."""
 
-    def clear(self, client: Any, prefix: str, name: str) -> int:
+    def clear(
+        self, client: Any, prefix: str, name: str, *, confirmed: HeldInfo | None = None
+    ) -> int:
         """Release every holder of ``name``; returns how many were released.
 
         Holders are not told directly: their next renewal or release finds the
         lease gone and reports ``LockLostError`` / ``lock_lost``.
+
+        With ``confirmed`` (the name as an operator was shown it), only if
+        exactly its holders still hold it, compared in the script that clears:
+        a name that changed hands after the operator's last read would
+        otherwise be cleared from under a holder nobody was shown. Else
+        nothing changes and the answer is ``CHANGED_HANDS``, or 0 when nobody
+        holds it any more.
         """
+
+
+#: What a clear confirmed for some holders answers when others hold the name.
+CHANGED_HANDS = -1
+#: The clear scripts' ``confirmed`` when nobody confirmed anyone: whoever holds it.
+ANYONE = "*"
+
+
+def confirmed_tokens(confirmed: HeldInfo | None) -> str:
+    """The clear scripts' ``confirmed``: the holders' tokens, comma-separated."""
+    return ANYONE if confirmed is None else ",".join(h.token for h in confirmed.holders)
 
 
 #: Who holds a name whose keys cannot be read (``unreadable``).
@@ -154,11 +174,22 @@ class LockKind:
             extra={"lease": state.lease, "since": state.since},
         )
 
-    def clear(self, client: Any, prefix: str, name: str) -> int:
+    def clear(
+        self, client: Any, prefix: str, name: str, *, confirmed: HeldInfo | None = None
+    ) -> int:
         """Delete the lock and wake the first waiter, as a release would."""
-        return int(self.clear_many(client, prefix, [name])[0])
+        held_by = None if confirmed is None else {name: confirmed}
+        return int(self.clear_many(client, prefix, [name], confirmed=held_by)[0])
 
-    def clear_many(self, client: Any, prefix: str, names: Sequence[str]) -> list[int]:
+    def clear_many(
+        self,
+        client: Any,
+        prefix: str,
+        names: Sequence[str],
+        *,
+        confirmed: Mapping[str, HeldInfo] | None = None,
+    ) -> list[int]:
+        """``clear`` for many names; ``confirmed`` holds each name's, if any."""
         from .scripts import CLEAR_LOCK
 
         def keys_of(chunk: Sequence[str]) -> list[str]:
@@ -167,9 +198,13 @@ class LockKind:
                 for name in chunk
             )
 
-        def signals_of(chunk: Sequence[str]) -> list[str]:
+        def args_of(chunk: Sequence[str]) -> list[str]:
             return CLEAR_LOCK.args_of_each(
-                {"sigprefix": backend.key(prefix, name, "signal:")} for name in chunk
+                {
+                    "sigprefix": backend.key(prefix, name, "signal:"),
+                    "confirmed": confirmed_tokens(None if confirmed is None else confirmed[name]),
+                }
+                for name in chunk
             )
 
         if backend.is_cluster(client):
@@ -178,13 +213,13 @@ class LockKind:
             return [
                 int(n)
                 for name in names
-                for n in CLEAR_LOCK(client, keys_of([name]), signals_of([name]))
+                for n in CLEAR_LOCK(client, keys_of([name]), args_of([name]))
             ]
         CLEAR_LOCK.ensure_loaded(client)
         pipe = client.pipeline(transaction=False)
         for start in range(0, len(names), SCRIPT_BATCH):
             chunk = names[start : start + SCRIPT_BATCH]
-            CLEAR_LOCK.queue(pipe, keys_of(chunk), signals_of(chunk))
+            CLEAR_LOCK.queue(pipe, keys_of(chunk), args_of(chunk))
         return [int(n) for reply in pipe.execute() for n in reply]
 
 
@@ -234,12 +269,17 @@ class _PermitKind:
             extra={"mode": mode} if mode else {},
         )
 
-    def clear(self, client: Any, prefix: str, name: str) -> int:
+    def clear(
+        self, client: Any, prefix: str, name: str, *, confirmed: HeldInfo | None = None
+    ) -> int:
         from .scripts import PERMIT_CLEAR
 
-        sigprefix = backend.key(prefix, name, "signal:")
         keys = PERMIT_CLEAR.keys_of(self._keys(prefix, name))
-        return int(PERMIT_CLEAR(client, keys, PERMIT_CLEAR.args_of(sigprefix=sigprefix)))
+        args = PERMIT_CLEAR.args_of(
+            sigprefix=backend.key(prefix, name, "signal:"),
+            confirmed=confirmed_tokens(confirmed),
+        )
+        return int(PERMIT_CLEAR(client, keys, args))
 
 
 def _member_since(member: str) -> float | None:

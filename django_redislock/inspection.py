@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import fnmatch
 import hashlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from . import backend, counters
 from .held_kinds import (
+    CHANGED_HANDS,
     SCRIPT_BATCH,
     UNREADABLE,
     HeldInfo,
@@ -28,6 +29,7 @@ from .held_kinds import (
 from .state import HolderInfo, number
 
 __all__ = [
+    "CHANGED_HANDS",
     "DESCRIBE_BATCH",
     "KINDS",
     "SCRIPT_BATCH",
@@ -54,9 +56,10 @@ __all__ = [
 def holders_signature(info: HeldInfo) -> str:
     """Who holds a name, as an operator confirmed it: digests of its holders'
     tokens (unique per hold; the tokens themselves stay out of pages), sorted.
-    A force-release checks it again just before it clears, so that a name
-    that changed hands meanwhile is not cleared from under a holder nobody
-    was shown."""
+    A force-release compares it with the holders it reads, then clears only
+    if those still hold the name (``Kind.clear``'s ``confirmed``), so that a
+    name that changed hands meanwhile is not cleared from under a holder
+    nobody was shown."""
     digests = (hashlib.sha256(h.token.encode()).hexdigest()[:16] for h in info.holders)
     return ",".join(sorted(digests))
 
@@ -119,15 +122,31 @@ def describe_many(
 
 
 def clear_many(
-    kind: Kind, client: Any, prefix: str, names: Sequence[str], *, batch: int = DESCRIBE_BATCH
+    kind: Kind,
+    client: Any,
+    prefix: str,
+    names: Sequence[str],
+    *,
+    batch: int = DESCRIBE_BATCH,
+    confirmed: Mapping[str, HeldInfo] | None = None,
 ) -> Iterator[tuple[str, int]]:
-    """Clear ``names`` of ``kind`` in batches; yields ``(name, holders released)``."""
+    """Clear ``names`` of ``kind`` in batches; yields ``(name, holders released)``.
+
+    With ``confirmed`` (each name as the operator was shown it), a name is
+    cleared only if those holders still hold it, else it answers
+    ``CHANGED_HANDS`` (see ``Kind.clear``). Without, a kind that only has
+    ``clear(client, prefix, name)`` still works.
+    """
     many = getattr(kind, "clear_many", None)
+    held_by = {} if confirmed is None else {"confirmed": confirmed}
     for start in range(0, len(names), batch):
         chunk = names[start : start + batch]
-        counts = (
-            many(client, prefix, chunk) if many else [kind.clear(client, prefix, n) for n in chunk]
-        )
+        if many:
+            counts = many(client, prefix, chunk, **held_by)
+        elif confirmed is None:
+            counts = [kind.clear(client, prefix, n) for n in chunk]
+        else:
+            counts = [kind.clear(client, prefix, n, confirmed=confirmed[n]) for n in chunk]
         yield from zip(chunk, counts, strict=True)
 
 

@@ -192,10 +192,13 @@ PERMIT_CANCEL = Script("permit_cancel.lua", keys=("holders", "queue", "deadlines
 PERMIT_EXTEND = Script("permit_extend.lua", keys=("holders",), args=("token", "lease_ms"))
 PERMIT_DESCRIBE = Script("permit_describe.lua", keys=("holders", "queue"))
 PERMIT_CLEAR = Script(
-    "permit_clear.lua", keys=("holders", "queue", "deadlines"), args=("sigprefix",)
+    "permit_clear.lua", keys=("holders", "queue", "deadlines"), args=("sigprefix", "confirmed")
 )
 REDLOCK_FENCE = Script("redlock_fence.lua", keys=("lock", "fence"), args=("token", "fencing_token"))
 CLEAR_LOCK = Script(
-    "clear_lock.lua", keys=("lock", "queue", "deadlines"), args=("sigprefix",), per_name=True
+    "clear_lock.lua",
+    keys=("lock", "queue", "deadlines"),
+    args=("sigprefix", "confirmed"),
+    per_name=True,
 )
 INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False, keys=("lock",), per_name=True)
