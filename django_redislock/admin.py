@@ -230,10 +230,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         except (OpsError, ValueError) as exc:
             messages.error(request, str(exc))
             return HttpResponseRedirect(changelist)
-        # the holders the operator confirmed (the form carries their fencing
-        # tokens): if the name changed hands since, the page is shown again
+        # the holders the operator confirmed (the form carries digests of
+        # their tokens): if the name changed hands since, the page is shown again
         confirmed = source.get("holders") if request.method == "POST" else None
-        changed = False
+        released = None
         try:
             client, prefix = connect()
             # before the clear: a failure after it would report an error for
@@ -241,30 +241,25 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             now = dashboard.server_time(client)
             info = kind.describe(client, prefix, name)
             if info is not None and request.method == "POST":
-                changed = confirmed is not None and confirmed != inspection.holders_signature(info)
-                if not changed:
-                    released = kind.clear(client, prefix, name)
+                released, info = self._clear(client, prefix, kind, info, confirmed)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             messages.error(request, self._error(exc))
             return HttpResponseRedirect(changelist)
+        labels = {"kind": kind.kind, "name": name}
         if info is None:
-            messages.warning(
-                request,
-                _("%(kind)s “%(name)s” is not held any more.") % {"kind": kind.kind, "name": name},
-            )
+            messages.warning(request, _("%(kind)s “%(name)s” is not held any more.") % labels)
             return HttpResponseRedirect(changelist)
-        if changed:
+        if released == inspection.CHANGED_HANDS:
             messages.warning(
                 request,
                 _("%(kind)s “%(name)s” changed hands since you confirmed; nothing was released.")
-                % {"kind": kind.kind, "name": name},
+                % labels,
             )
-        elif request.method == "POST":
+        elif released is not None:
             self._log(request, info, released)
             messages.success(
                 request,
-                _("Released %(kind)s “%(name)s”; its holders will get LockLostError.")
-                % {"kind": kind.kind, "name": name},
+                _("Released %(kind)s “%(name)s”; its holders will get LockLostError.") % labels,
             )
             return HttpResponseRedirect(changelist)
         context = {
@@ -276,6 +271,30 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "changelist_url": changelist,
         }
         return TemplateResponse(request, "admin/django_redislock/confirm_release.html", context)
+
+    @staticmethod
+    def _clear(
+        client: Any,
+        prefix: str,
+        kind: inspection.Kind,
+        info: inspection.HeldInfo,
+        confirmed: str | None,
+    ) -> tuple[int, inspection.HeldInfo | None]:
+        """Clear ``info``'s name if the operator confirmed its holders: what
+        the clear answered, and the name as it is now. The holders just read
+        are the confirmed ones (their signature says so) and the script
+        clears only if they still hold it, so a name that changes hands
+        between that read and the clear is left to its new holder; it is read
+        again for the page to show. A POST without ``holders`` confirmed
+        nobody and clears whoever holds the name."""
+        if confirmed is None:
+            return kind.clear(client, prefix, info.name), info
+        if confirmed != inspection.holders_signature(info):
+            return inspection.CHANGED_HANDS, info
+        released = kind.clear(client, prefix, info.name, confirmed=info)
+        if released == inspection.CHANGED_HANDS:
+            return released, kind.describe(client, prefix, info.name)
+        return released, info if released else None  # none: nobody held it by then
 
     def _log(self, request: HttpRequest, info: inspection.HeldInfo, released: int) -> None:
         holders = ", ".join(h.holder for h in info.holders)
