@@ -1,6 +1,6 @@
-"""An operator's force-release (the admin's) never clears a holder the
-operator was not shown, even when the name changes hands in the moment
-between the last read and the clear.
+"""An operator's force-release (the admin's, ``locks clear`` answered "yes")
+never clears a holder the operator was not shown, even when the name
+changes hands in the moment between the last read and the clear.
 
 Each test hands the name over right before the clear's round trip (by
 wrapping the kind's clear), the window that a read-then-clear in two round
@@ -9,12 +9,15 @@ trips left open: the new holder was cleared, and got ``LockLostError``.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable
 from typing import Any
+from unittest import mock
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.core.management import call_command
 from django.test import Client
 
 from django_redislock import Lock, ReadWriteLock, Semaphore
@@ -110,3 +113,44 @@ def test_the_admin_says_so_when_nobody_holds_the_name_by_the_clear(
     response = admin_client.post(RELEASE, form, follow=True)
     assert "is not held any more" in response.content.decode()
     assert not LogEntry.objects.exists()
+
+
+@pytest.mark.parametrize("kind", ["lock", "semaphore"])
+def test_locks_clear_never_clears_a_holder_that_took_the_name_after_the_answer(
+    other_thread: OtherThread, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    first, second = handles(kind)
+    kept = Lock("unchanged", auto_renew=False)
+    assert first.acquire() and kept.acquire()
+
+    def hand_over() -> None:
+        first.release()
+        assert other_thread(second.acquire)
+
+    hand_over_before(monkeypatch, *CLEARS[kind], hand_over)
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch("builtins.input", return_value="yes"):
+        call_command("locks", "clear", "handed", "unchanged", stdout=out, stderr=err)
+    assert "Not cleared, changed hands since listed: handed" in err.getvalue()
+    assert f"Released {kind} handed" not in out.getvalue()
+    assert "Released lock unchanged" in out.getvalue()
+    assert other_thread(second.owned)
+    assert not kept.owned()
+    other_thread(second.release)
+
+
+def test_locks_clear_noinput_still_clears_whoever_holds_the_name(
+    other_thread: OtherThread, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first, second = handles("lock")
+    assert first.acquire()
+
+    def hand_over() -> None:
+        first.release()
+        assert other_thread(second.acquire)
+
+    hand_over_before(monkeypatch, LockKind, "clear_many", hand_over)
+    out = io.StringIO()
+    call_command("locks", "clear", "handed", "--noinput", stdout=out, stderr=io.StringIO())
+    assert "Released lock handed" in out.getvalue()
+    assert not other_thread(second.owned)

@@ -295,32 +295,10 @@ class Command(BaseCommand):
                 self.stdout.write(f"  {info.kind} {info.name} ({len(info.holders)} holder(s))")
             if len(targets) > 50:
                 self.stdout.write(f"  … and {len(targets) - 50} more")
-        if interactive:
-            if not self._confirm():
-                self.stdout.write("Cancelled.")
-                return
-            targets = self._unchanged(client, prefix, targets)
-        self._release(client, prefix, targets)
-
-    def _unchanged(self, client: Any, prefix: str, targets: list[HeldInfo]) -> list[HeldInfo]:
-        """The targets still held by the holders listed before the answer: a
-        name that changed hands while the operator read the list is left to
-        its new holder, nobody having been shown it."""
-        listed = {(i.kind, i.name): inspection.holders_signature(i) for i in targets}
-        by_kind = _names_by_kind(targets)
-        still: list[HeldInfo] = []
-        for kind in inspection.kinds(by_kind):
-            found = list(inspection.describe_many(kind, client, prefix, by_kind[kind.kind]))
-            for info in found:
-                if listed[info.kind, info.name] == inspection.holders_signature(info):
-                    still.append(info)
-                elif self.verbosity > 0:
-                    self.stderr.write(f"Not cleared, changed hands since listed: {info.name}")
-            gone = set(by_kind[kind.kind]) - {info.name for info in found}
-            for name in sorted(gone):
-                if self.verbosity > 0:
-                    self.stderr.write(f"Not held any more: {name}")
-        return still
+        if interactive and not self._confirm():
+            self.stdout.write("Cancelled.")
+            return
+        self._release(client, prefix, targets, confirmed=interactive)
 
     def _confirm(self) -> bool:
         try:
@@ -334,23 +312,39 @@ class Command(BaseCommand):
             ) from exc
         return answer.strip().lower() == "yes"
 
-    def _release(self, client: Any, prefix: str, targets: list[HeldInfo]) -> None:
+    def _release(
+        self, client: Any, prefix: str, targets: list[HeldInfo], *, confirmed: bool
+    ) -> None:
+        """Clear ``targets``; ``confirmed``: only where the holders listed
+        still hold the name, checked in the script that clears, so a name that
+        changed hands while the operator read the list is left to its new
+        holder, nobody having been shown it."""
         by_kind = _names_by_kind(targets)
-        holders = {(i.kind, i.name): [h.holder for h in i.holders] for i in targets}
+        listed = {(i.kind, i.name): i for i in targets}
         who, where = audit.os_user(), audit.this_process("manage.py locks clear")
         total, done, released = len(targets), 0, 0
         show_progress = total > PROGRESS_THRESHOLD and self.verbosity > 0
         for kind in inspection.kinds(by_kind):
-            for name, count in inspection.clear_many(kind, client, prefix, by_kind[kind.kind]):
+            names = by_kind[kind.kind]
+            held_by = {n: listed[kind.kind, n] for n in names} if confirmed else None
+            for name, count in inspection.clear_many(
+                kind, client, prefix, names, confirmed=held_by
+            ):
                 done += 1
-                if count:
+                if confirmed and count <= 0 and self.verbosity > 0:
+                    self.stderr.write(
+                        f"Not cleared, changed hands since listed: {name}"
+                        if count == inspection.CHANGED_HANDS
+                        else f"Not held any more: {name}"
+                    )
+                if count > 0:
                     released += 1
                     audit.log_force_release(
                         name,
                         kind=kind.kind,
                         who=who,
                         where=where,
-                        holders=holders.get((kind.kind, name), ()),
+                        holders=[h.holder for h in listed[kind.kind, name].holders],
                     )
                     if total <= PROGRESS_THRESHOLD:
                         self.say(f"Released {kind.kind} {name}", self.style.SUCCESS)
