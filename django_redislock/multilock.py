@@ -30,11 +30,10 @@ from .protocol import HELD_RESULT, AcquireResult
 from .validation import (
     Options,
     check_alias,
-    check_bool,
     check_lease,
     check_name,
-    check_seconds,
     fixed,
+    wait_budget,
 )
 
 
@@ -87,18 +86,12 @@ class MultiLock(Options):
         return f"<MultiLock {list(self.names)!r}>"
 
     def _budget(self, blocking: bool | None, blocking_timeout: float | None) -> float | None:
-        """Seconds the whole set may wait (``None``: for ever); 0 means try once."""
-        if blocking is None:
-            blocking = self.blocking
-        else:
-            check_bool(blocking, "blocking", allow_none=False)
-        if not blocking:
-            return 0.0
-        if blocking_timeout is not None:
-            return check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
-        if self.blocking_timeout is not None:
-            return self.blocking_timeout
-        return get_settings().blocking_timeout
+        """Seconds the whole set may wait (``None``: for ever); 0 means try once.
+
+        Checked as ``Lock.acquire`` checks them (``wait_budget``): a bad
+        ``blocking_timeout`` is refused with ``blocking=False`` too, before
+        any part is taken."""
+        return wait_budget(self, blocking, blocking_timeout, get_settings())[1]
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take every part; ``False`` (holding none) when that cannot be done in time.

@@ -38,6 +38,25 @@ def test_bad_options_are_refused() -> None:
         MultiLock(["a"], blocking_timeout=-1)
 
 
+@pytest.mark.parametrize(
+    ("blocking_timeout", "error", "match"),
+    [(-1, ValueError, "non-negative"), ("5", TypeError, "number of seconds"),
+     (float("nan"), ValueError, "finite")],
+)  # fmt: skip
+def test_bad_per_call_options_are_refused_before_anything_is_taken(
+    blocking_timeout: object, error: type[Exception], match: str
+) -> None:
+    """As ``Lock.acquire`` refuses them: a bad ``blocking_timeout`` given with
+    ``blocking=False`` was silently taken as "try once" (found by a review)."""
+    multi = MultiLock(["a", "b"])
+    for blocking in (False, True, None):
+        with pytest.raises(error, match=match):
+            multi.acquire(blocking=blocking, blocking_timeout=blocking_timeout)  # type: ignore[arg-type]
+        assert not Lock("a").locked()
+    with pytest.raises(TypeError, match="True or False"):
+        multi.acquire(blocking="no")  # type: ignore[arg-type]
+
+
 def test_acquire_takes_all_and_release_frees_all() -> None:
     multi = MultiLock(["b", "a"])
     with multi:
