@@ -102,9 +102,27 @@ class MultiLock(Options):
         return self._acquire(blocking, blocking_timeout).held
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
-        """Held when every part is; else refused, naming the part that refused."""
+        """Held when every part is; else refused, naming the part that refused.
+
+        A part taken early may have lapsed by the time the last one is had
+        (no renewal and a lease shorter than the wait, or a renewal that
+        failed): answering held then would let another holder in beside
+        this set. Such a part is renewed if Redis still has it ours; if not,
+        the whole set is taken again while the budget lasts."""
         budget = self._budget(blocking, blocking_timeout)
         deadline = None if budget is None else time.monotonic() + budget
+        while True:
+            result = self._take_every_part(deadline)
+            if not result.held:
+                return result
+            lapsed = self._renew_lapsed()
+            if lapsed is None:
+                return HELD_RESULT
+            if deadline is not None and time.monotonic() >= deadline:
+                return AcquireResult(False, name=lapsed)
+
+    def _take_every_part(self, deadline: float | None) -> AcquireResult:
+        """One pass over the parts, in order; all or none taken."""
         taken: list[Lock] = []
         try:
             for lock in self.locks:
@@ -121,6 +139,27 @@ class MultiLock(Options):
             self._release_quietly(taken)
             raise
         return HELD_RESULT
+
+    def _renew_lapsed(self) -> str | None:
+        """Renew each part whose lease ended by this holder's reckoning
+        (which ends it no later than Redis does) or was reported lost;
+        ``None`` when every part is held, else the name of one found gone,
+        after releasing them all."""
+        now = time.monotonic()
+        try:
+            for lock in self.locks:
+                holding = lock._taken()
+                if holding is not None and holding.lost is None and holding.lease_deadline > now:
+                    continue
+                try:
+                    lock.extend()
+                except LockLostError:
+                    self._release_quietly(list(self.locks))
+                    return lock.name
+        except BaseException:
+            self._release_quietly(list(self.locks))
+            raise
+        return None
 
     @staticmethod
     def _release_quietly(taken: list[Lock]) -> None:

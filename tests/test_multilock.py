@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 import redis
@@ -121,6 +122,61 @@ def test_error_mid_way_releases_parts_taken(monkeypatch: pytest.MonkeyPatch) -> 
     with pytest.raises(LockBackendError):
         multi.acquire()
     assert not Lock("a").locked()
+
+
+def test_a_part_whose_lease_ran_out_while_the_rest_was_awaited_is_never_handed_over(
+    other_thread: OtherThread,
+) -> None:
+    """Without renewal, a lease shorter than the wait for a later part: "a"
+    ran out while "b" was awaited, and ``acquire()`` still answered True
+    while another thread could take "a" (found by a review). A part known
+    lapsed is renewed if still ours, else the set is taken again."""
+    other = Lock("b", timeout=1.0, auto_renew=False)
+    assert other_thread(other.acquire)  # never released: its lease frees "b"
+    multi = MultiLock(["a", "b"], timeout=0.3, auto_renew=False, blocking_timeout=10)
+    assert multi.acquire()
+    assert all(part._taken().lease_deadline > time.monotonic() for part in multi.locks)
+    assert refused_elsewhere("a", other=other_thread)
+    assert refused_elsewhere("b", other=other_thread)
+    multi.release()  # nothing lost: no LockLostError
+
+
+def _lapse_a_while_b_is_awaited(
+    multi: MultiLock, monkeypatch: pytest.MonkeyPatch, *, gone: bool
+) -> None:
+    """While "b" is taken, "a"'s lease ends by the holder's clock (as after a
+    wait longer than it); ``gone``: in Redis too."""
+    first, second = multi.locks
+    take = second._acquire
+
+    def lapse_then_take(*args: object) -> object:
+        first._taken().lease_deadline = time.monotonic() - 0.001
+        if gone:
+            Lock("a")._resolve().client.delete("redislock:{a}:lock")
+        return take(*args)
+
+    monkeypatch.setattr(second, "_acquire", lapse_then_take)
+
+
+def test_a_lapsed_part_still_held_is_renewed(monkeypatch: pytest.MonkeyPatch) -> None:
+    multi = MultiLock(["a", "b"], timeout=30, auto_renew=False)
+    _lapse_a_while_b_is_awaited(multi, monkeypatch, gone=False)
+    assert multi.acquire()
+    first = multi.locks[0]._taken()
+    assert first.depth == 1 and first.lease_deadline > time.monotonic() + 20
+    assert refused_elsewhere("a")
+    multi.release()
+
+
+def test_a_lapsed_part_gone_when_the_budget_is_spent_refuses_the_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    multi = MultiLock(["a", "b"], timeout=30, auto_renew=False, blocking=False)
+    _lapse_a_while_b_is_awaited(multi, monkeypatch, gone=True)
+    with pytest.raises(LockTimeout) as info, multi:
+        pass
+    assert info.value.name == "a"
+    assert not Lock("a").locked() and not Lock("b").locked()
 
 
 def test_release_by_non_holder_raises() -> None:
