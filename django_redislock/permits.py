@@ -88,8 +88,10 @@ class _Attempt:
     def cancel(self) -> Call:
         """The attempt undone: leaving the queue when the wait ends without the
         permit, and giving back a permit granted to an attempt whose caller
-        never learned of it (interrupted, cancelled, its reply lost)."""
-        args = PERMIT_CANCEL.args_of(token=self.token)
+        never learned of it (interrupted, cancelled, its reply lost). A
+        Semaphore's limit lets the script pass on a wake-up for a free permit
+        that this waiter will not come for."""
+        args = PERMIT_CANCEL.args_of(token=self.token, limit=self.plan.limit)
         return Call(PERMIT_CANCEL, self.resolved.keys_for(PERMIT_CANCEL), args)
 
 

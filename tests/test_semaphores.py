@@ -471,6 +471,44 @@ def test_live_waiter_at_the_front_is_not_overtaken(redis_client: redis.Redis) ->
     assert Semaphore("wait", 2).acquire(blocking=False)  # a second permit is for the next
 
 
+def _queued(sem: Semaphore) -> Any:
+    """An acquire of ``sem`` driven by hand up to its first wait: the
+    generator (its protocol steps) and the key of the list it waits on."""
+    steps = sem._acquire_steps(True, 30)
+    call = next(steps)
+    wait = steps.send(call.script(sem._resolve().client, call.keys, call.args))
+    return steps, wait.key
+
+
+def _interrupted(sem: Semaphore, steps: Any) -> None:
+    """``KeyboardInterrupt`` (or a task's cancellation) in the wait: the
+    protocol's clean-up (the cancel script) runs, then the interrupt."""
+    cleanup = steps.throw(KeyboardInterrupt())
+    cleanup.script(sem._resolve().client, cleanup.keys, cleanup.args)
+    with pytest.raises(KeyboardInterrupt):
+        steps.send(None)
+
+
+def test_a_woken_waiter_that_gives_up_passes_its_turn_on(redis_client: redis.Redis) -> None:
+    """Two permits come free for three waiters: the first two are woken. If
+    the second gives up (interrupted, its task cancelled) before it comes
+    for its permit, the third is woken for it at once. Before, only a waiter
+    at the head of the queue passed its wake-up on: the third slept through
+    a free permit until its wait chunk ended (found by a review)."""
+    holders = [Semaphore("turns", 2, timeout=60) for _ in range(2)]
+    assert all(holder.acquire() for holder in holders)
+    waiters = [Semaphore("turns", 2) for _ in range(3)]
+    (first, first_key), (second, _), (third, third_key) = (_queued(w) for w in waiters)
+    for holder in holders:
+        holder.release()
+    assert redis_client.llen(first_key) == 1 and redis_client.llen(third_key) == 0
+    _interrupted(waiters[1], second)
+    assert redis_client.llen(third_key) == 1
+    for waiter, steps in ((waiters[0], first), (waiters[2], third)):
+        _interrupted(waiter, steps)
+    assert not redis_client.exists("redislock:{turns}:sem:queue")
+
+
 def test_lock_and_semaphore_of_one_name_are_independent() -> None:
     from django_redislock import Lock
 

@@ -188,7 +188,12 @@ RWLOCK_ACQUIRE = Script("rwlock_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_AC
 PERMIT_RELEASE = Script(
     "permit_release.lua", keys=("holders", "queue", "deadlines"), args=("member",)
 )
-PERMIT_CANCEL = Script("permit_cancel.lua", keys=("holders", "queue", "deadlines"), args=("token",))
+PERMIT_CANCEL = Script(
+    "permit_cancel.lua",
+    keys=("holders", "queue", "deadlines"),
+    args=("token", "limit"),
+    optional=("limit",),
+)
 PERMIT_EXTEND = Script("permit_extend.lua", keys=("holders",), args=("token", "lease_ms"))
 PERMIT_DESCRIBE = Script("permit_describe.lua", keys=("holders", "queue"))
 PERMIT_CLEAR = Script(
