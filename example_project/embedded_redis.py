@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import socket
-import sys
 import threading
+from typing import Any
 
 
 def _free_port() -> int:
@@ -36,12 +37,16 @@ def _keep_alive_handler() -> type:
     return KeepAlive
 
 
-def redis_url() -> str:
-    url = os.environ.get("REDIS_URL")
-    if url:
-        return url
+def _port() -> int:
     # runserver's autoreloader runs settings in two processes: share one port.
-    port = int(os.environ.setdefault("SHOP_EMBEDDED_REDIS_PORT", str(_free_port())))
+    return int(os.environ.setdefault("SHOP_EMBEDDED_REDIS_PORT", str(_free_port())))
+
+
+@functools.cache
+def _server(port: int) -> Any:
+    """The fakeredis server this process serves on ``port``, or ``None`` when
+    another process has it (the autoreloader's parent, or a shop given by
+    ``SHOP_EMBEDDED_REDIS_PORT``)."""
     try:
         from fakeredis import TcpFakeServer
     except ImportError as exc:  # pragma: no cover - fakeredis is a dev dependency
@@ -49,13 +54,43 @@ def redis_url() -> str:
     try:
         server = TcpFakeServer(("127.0.0.1", port), server_type="redis")
     except OSError:
-        return f"redis://127.0.0.1:{port}/0"  # the other autoreload process has it
+        return None
     server.daemon_threads = True
     server.RequestHandlerClass = _keep_alive_handler()
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    print(
-        f"No REDIS_URL set: using an embedded fakeredis server at 127.0.0.1:{port} "
-        "(single process only; set REDIS_URL=redis://... for real Redis).",
-        file=sys.stderr,
-    )
+    return server
+
+
+def redis_url() -> str:
+    """Silent: settings run in every command, and only the ones that serve
+    the shop say which Redis it has (``announcement()``)."""
+    url = os.environ.get("REDIS_URL")
+    if url:
+        return url
+    port = _port()
+    _server(port)
     return f"redis://127.0.0.1:{port}/0"
+
+
+def announcement() -> str | None:
+    """What ``runserver`` says once on start-up: which Redis, and how another
+    command reaches the embedded one."""
+    if os.environ.get("REDIS_URL"):
+        return None
+    port = _port()
+    if _server(port) is None:
+        return (
+            f"No REDIS_URL set: the shop uses the embedded fakeredis server at 127.0.0.1:{port} "
+            "of another process (SHOP_EMBEDDED_REDIS_PORT)."
+        )
+    return (
+        f"No REDIS_URL set: the shop uses an embedded fakeredis server at 127.0.0.1:{port}, "
+        f"inside this runserver (other commands reach it with SHOP_EMBEDDED_REDIS_PORT={port}; "
+        "set REDIS_URL=redis://... for a real Redis)."
+    )
+
+
+def started_here() -> bool:
+    """Whether this process serves the embedded Redis it uses, which no
+    other process (a running shop) then sees."""
+    return not os.environ.get("REDIS_URL") and _server(_port()) is not None

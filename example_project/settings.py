@@ -1,8 +1,8 @@
 """A small shop that shows django-redislock.
 
 With ``REDIS_URL`` set it uses that Redis. Without, ``embedded_redis`` starts
-fakeredis's TCP server in-process (announced on start-up) so the shop runs on a
-machine with no Redis at all.
+fakeredis's TCP server in-process (announced once by ``runserver``) so the shop
+runs on a machine with no Redis at all.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ DEBUG = True
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
 
 INSTALLED_APPS = [
+    # First, so that its runserver (which says which Redis the shop uses)
+    # overrides staticfiles' one.
+    "example_project.shop",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -25,7 +28,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_redislock",
-    "example_project.shop",
 ]
 
 MIDDLEWARE = [

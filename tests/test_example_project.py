@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +29,53 @@ def manage(tmp_path: Path, *args: str, timeout: float = 300) -> subprocess.Compl
         timeout=timeout,
         check=False,
     )
+
+
+def test_scripts_shop_says_once_which_redis_it_uses(tmp_path: Path) -> None:
+    """Found by a review of the example shop: every command of
+    ``scripts/shop`` (migrate, seed_shop, runserver) started an embedded
+    fakeredis and announced it, three ports of which only the last was the
+    shop's."""
+    from tests.servers import free_port
+
+    venv = tmp_path / "venv"  # scripts/_venv.sh finds it installed: no pip
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
+    (venv / "bin" / "python").chmod(0o755)
+    stamp = (ROOT / "pyproject.toml").read_bytes() + (ROOT / "scripts" / "_venv.sh").read_bytes()
+    (venv / f".installed-{hashlib.sha1(stamp).hexdigest()[:12]}").touch()
+    port = free_port()
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE", "SHOP_EMBEDDED_REDIS_PORT")
+    }
+    env.update(VENV=str(venv), SHOP_ADDR=f"127.0.0.1:{port}",
+               SHOP_DATABASE=str(tmp_path / "shop.sqlite3"))  # fmt: skip
+    shop = subprocess.Popen(
+        ["bash", str(ROOT / "scripts" / "shop")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # the autoreloader's child goes with it
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert shop.poll() is None, shop.communicate()[0]
+                assert time.monotonic() < deadline, "the shop did not start"
+                time.sleep(0.1)
+    finally:
+        os.killpg(shop.pid, signal.SIGTERM)
+        output = shop.communicate(timeout=30)[0]
+    assert output.count("embedded fakeredis server") == 1, output
+    assert output.count("Demo admin login") == 1, output
+    assert "other commands reach it with SHOP_EMBEDDED_REDIS_PORT=" in output, output
 
 
 def test_seed_shop_prints_the_demo_login(tmp_path: Path) -> None:
@@ -68,7 +119,7 @@ def test_shop_load_runs_buyers_on_the_embedded_redis(tmp_path: Path) -> None:
     assert manage(tmp_path, "seed_shop").returncode == 0
     result = manage(tmp_path, "shop_load", "--seconds", "2", "--buyers", "3", "--think-ms", "50")
     assert result.returncode == 0, result.stderr
-    assert "using an embedded fakeredis server" in result.stderr
+    assert "this run has an embedded fakeredis server of its own" in result.stderr
     assert "3 buyers for 2 s" in result.stdout
     assert "[##############################]" in result.stdout  # the progress bar ends full
     done = re.search(

@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redislock import LockBackendError, LockTimeout
+from example_project import embedded_redis
 from example_project.shop import load
 
 BAR = 30
@@ -39,6 +40,13 @@ class Command(BaseCommand):
         if not 0 <= think_ms <= 2000:
             raise CommandError(f"--think-ms must be between 0 and 2000, not {think_ms}.")
         where = settings.CACHES["default"]["LOCATION"]
+        if embedded_redis.started_here():
+            self.stderr.write(
+                f"No REDIS_URL set: this run has an embedded fakeredis server of its own at "
+                f"{where}, which a running shop does not see; use the shop page's *Make some "
+                "load* button, or SHOP_EMBEDDED_REDIS_PORT=<the port runserver printed>.",
+                style_func=self.style.WARNING,
+            )
         self.stdout.write(
             f"{buyers} buyers for {seconds:g} s against {where}; "
             "watch /admin/django_redislock/heldlock/"
