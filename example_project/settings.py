@@ -72,6 +72,9 @@ if django.VERSION >= (5, 1):  # SQLite's init_command arrived in Django 5.1
     )
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 USE_TZ = True
+# Not Django's default (America/Chicago): the orders page, the dashboard and
+# runserver's log show UTC, as stored (the orders page labels it).
+TIME_ZONE = "UTC"
 STATIC_URL = "/static/"
 
 from example_project.embedded_redis import redis_url  # noqa: E402

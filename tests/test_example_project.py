@@ -87,6 +87,34 @@ def test_seed_shop_prints_the_demo_login(tmp_path: Path) -> None:
     assert "0 SKU(s) created, 3 in total" in again.stdout
 
 
+ORDER_TIMES = """
+import datetime
+from django.conf import settings
+from django.test import Client
+from example_project.shop.models import Order, SKU
+
+order = Order.objects.create(sku=SKU.objects.order_by("pk").first(), buyer="tz")
+print("zone", settings.TIME_ZONE, settings.USE_TZ)
+stored = order.created_at.astimezone(datetime.timezone.utc)
+print("stored", stored.strftime("%Y-%m-%d %H:%M:%S UTC"))
+print(Client(SERVER_NAME="127.0.0.1").get("/orders/").content.decode())
+"""
+
+
+def test_order_times_are_shown_in_utc(tmp_path: Path) -> None:
+    """Found by a review of the example shop: with no ``TIME_ZONE`` the shop
+    ran on Django's default, America/Chicago, so the orders page, the
+    dashboard and runserver's log showed Chicago's time, unlabelled."""
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    assert manage(tmp_path, "seed_shop").returncode == 0
+    result = manage(tmp_path, "shell", "-c", ORDER_TIMES)
+    assert result.returncode == 0, result.stderr
+    assert "zone UTC True" in result.stdout
+    stored = re.search(r"^stored (.+)$", result.stdout, re.M)
+    assert stored, result.stdout
+    assert f"<td>{stored.group(1)}</td>" in result.stdout, result.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
 def test_oversell_demo_shows_naive_overselling_and_deduct_not(tmp_path: Path) -> None:
