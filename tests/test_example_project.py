@@ -135,11 +135,27 @@ def test_oversell_demo_shows_naive_overselling_and_deduct_not(tmp_path: Path) ->
     assert sold and int(sold.group(2)) == 10
 
 
-def test_oversell_demo_rejects_bad_arguments(tmp_path: Path) -> None:
-    result = manage(tmp_path, "oversell_demo", "--workers", "0")
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--workers", "0"), "--workers must be between 1 and 32, not 0."),
+        (("--workers", "33"), "--workers must be between 1 and 32, not 33."),
+        (("--stock", "1" + "0" * 23), f"--stock must be between 1 and 1000000, not 1{'0' * 23}."),
+        (("--attempts", "1001"), "--attempts must be between 1 and 1000, not 1001."),
+        (("--think-ms", "nan"), "--think-ms must be between 0 and 2000, not nan."),
+        (("--think-ms", "inf"), "--think-ms must be between 0 and 2000, not inf."),
+        (("--think-ms", "-1"), "--think-ms must be between 0 and 2000, not -1.0."),
+    ],
+)
+def test_oversell_demo_rejects_bad_arguments(
+    tmp_path: Path, args: tuple[str, ...], message: str
+) -> None:
+    """Found by a review of the example shop: nan or inf think-ms failed
+    every worker with a traceback, a stock past SQLite's integers was a
+    traceback, and --workers had no upper bound (a process each)."""
+    result = manage(tmp_path, "oversell_demo", *args)
     assert result.returncode == 1
-    assert "--workers must be at least 1" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.stderr == f"CommandError: {message}\n"
 
 
 def test_shop_load_runs_buyers_on_the_embedded_redis(tmp_path: Path) -> None:
@@ -162,6 +178,9 @@ def test_shop_load_runs_buyers_on_the_embedded_redis(tmp_path: Path) -> None:
     [
         (("--seconds", "0"), "--seconds must be between 0 and 3600, not 0."),
         (("--buyers", "100"), "--buyers must be between 1 and 64, not 100."),
+        (("--seconds", "nan"), "--seconds must be between 0 and 3600, not nan."),
+        (("--seconds", "inf"), "--seconds must be between 0 and 3600, not inf."),
+        (("--think-ms", "2001"), "--think-ms must be between 0 and 2000, not 2001."),
     ],
 )
 def test_shop_load_rejects_bad_arguments(
@@ -169,8 +188,7 @@ def test_shop_load_rejects_bad_arguments(
 ) -> None:
     result = manage(tmp_path, "shop_load", *args)
     assert result.returncode == 1
-    assert message in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.stderr == f"CommandError: {message}\n"
 
 
 SHOP_EDGES = """

@@ -23,6 +23,9 @@ from example_project.shop.models import SKU, Order
 
 DEMO_CODE = "oversell-demo"
 MODES = {"naive": "naive read-modify-write", "deduct": "deduct()"}
+#: Each option's range: a worker is a process with Django set up; stock and
+#: attempts bound the run (deduct() buys one at a time), think-ms a sleep.
+LIMITS = {"workers": (1, 32), "stock": (1, 1_000_000), "attempts": (1, 1000), "think_ms": (0, 2000)}
 
 
 @dataclass
@@ -95,26 +98,30 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--workers", type=int, default=8, help="Worker processes.")
-        parser.add_argument("--stock", type=int, default=100, help="Initial stock of the SKU.")
+        parser.add_argument("--workers", type=int, default=8, help="Worker processes (1-32).")
         parser.add_argument(
-            "--attempts", type=int, default=40, help="Purchase attempts per worker."
+            "--stock", type=int, default=100, help="Initial stock of the SKU (1-1000000)."
+        )
+        parser.add_argument(
+            "--attempts", type=int, default=40, help="Purchase attempts per worker (1-1000)."
         )
         parser.add_argument(
             "--think-ms",
             type=float,
             default=2.0,
-            help="Time a purchase spends between reading and writing (a payment call).",
+            help="Time a purchase spends between reading and writing (a payment call), 0-2000.",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for name, (low, high) in LIMITS.items():
+            # written so that nan fails it too
+            if not low <= options[name] <= high:
+                raise CommandError(
+                    f"--{name.replace('_', '-')} must be between {low} and {high}, "
+                    f"not {options[name]}."
+                )
         workers, stock, attempts = options["workers"], options["stock"], options["attempts"]
         think_ms = options["think_ms"]
-        for name, value in (("workers", workers), ("stock", stock), ("attempts", attempts)):
-            if value < 1:
-                raise CommandError(f"--{name} must be at least 1, got {value}.")
-        if think_ms < 0:
-            raise CommandError(f"--think-ms must not be negative, got {think_ms}.")
 
         with contextlib.ExitStack() as stack:
             url = os.environ.get("REDIS_URL")
