@@ -15,7 +15,8 @@ import django
 BASE_DIR = Path(__file__).resolve().parent
 SECRET_KEY = os.environ.get("SHOP_SECRET_KEY", "example-shop-not-secret")
 DEBUG = True
-ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
+# Every loopback name, as Django allows with DEBUG and no ALLOWED_HOSTS.
+ALLOWED_HOSTS = ["127.0.0.1", ".localhost", "[::1]"]
 
 INSTALLED_APPS = [
     # First, so that its runserver (which says which Redis the shop uses)

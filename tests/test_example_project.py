@@ -115,6 +115,24 @@ def test_order_times_are_shown_in_utc(tmp_path: Path) -> None:
     assert f"<td>{stored.group(1)}</td>" in result.stdout, result.stdout
 
 
+LOOPBACK_HOSTS = """
+from django.test import Client
+for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000"):
+    print(host, Client(HTTP_HOST=host, raise_request_exception=False).get("/").status_code)
+"""
+
+
+def test_the_shop_answers_on_every_loopback_address(tmp_path: Path) -> None:
+    """Found by a review of the example shop: the docs say to keep
+    ``SHOP_ADDR`` on the loopback interface, and on IPv6's, ``[::1]``, every
+    page was a 400 (``DisallowedHost``)."""
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    result = manage(tmp_path, "shell", "-c", LOOPBACK_HOSTS)
+    assert result.returncode == 0, result.stderr
+    for host in ("127.0.0.1:8000", "localhost:8000", "[::1]:8000"):
+        assert f"{host} 200" in result.stdout, result.stdout
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("redis-server") is None, reason="needs a redis-server binary")
 def test_oversell_demo_shows_naive_overselling_and_deduct_not(tmp_path: Path) -> None:
