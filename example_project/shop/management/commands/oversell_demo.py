@@ -26,6 +26,8 @@ MODES = {"naive": "naive read-modify-write", "deduct": "deduct()"}
 #: Each option's range: a worker is a process with Django set up; stock and
 #: attempts bound the run (deduct() buys one at a time), think-ms a sleep.
 LIMITS = {"workers": (1, 32), "stock": (1, 1_000_000), "attempts": (1, 1000), "think_ms": (0, 2000)}
+#: How long the workers may take to exit once the run is over.
+EXIT_SECONDS = 60
 
 
 @dataclass
@@ -176,10 +178,20 @@ class Command(BaseCommand):
             self._progress(MODES[mode], done, total)
             self.stdout.write("")
         finally:
+            # Many workers on few cores take seconds to exit (each tears down
+            # Django): killed sooner, they were reported as failed, with no error.
+            deadline = time.monotonic() + EXIT_SECONDS
             for proc in procs:
-                proc.join(5)
-                if proc.is_alive():
-                    proc.kill()
+                proc.join(max(0.0, deadline - time.monotonic()))
+            stuck = [proc for proc in procs if proc.is_alive()]
+            for proc in stuck:
+                proc.kill()
+                proc.join()
+        if stuck:
+            raise CommandError(
+                f"{len(stuck)} {mode} worker(s) had not exited {EXIT_SECONDS} s after the "
+                "run; stopped them."
+            )
         failed = [proc.exitcode for proc in procs if proc.exitcode != 0]
         if failed:
             raise CommandError(f"{len(failed)} {mode} worker(s) failed; see the errors above.")
