@@ -220,6 +220,20 @@ def test_shop_load_runs_buyers_on_the_embedded_redis(tmp_path: Path) -> None:
     assert int(done.group(1)) > 0
 
 
+def test_shop_load_ends_its_progress_with_the_final_count(tmp_path: Path) -> None:
+    """Found by a review of the example shop: off a terminal the full bar was
+    printed when time was up, while the buyers' last purchases (a second of
+    payment here) were still going, so it disagreed with the "Done:" line."""
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    assert manage(tmp_path, "seed_shop").returncode == 0
+    result = manage(tmp_path, "shop_load", "--seconds", "1", "--buyers", "3", "--think-ms", "1000")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    full = "[" + "#" * 30 + "]   1.0/1 s  "
+    assert [line for line in lines if line.startswith(full)] == [lines[-2]], result.stdout
+    assert lines[-2] == full + lines[-1].removeprefix("Done: ").removesuffix("."), result.stdout
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -53,14 +53,18 @@ class Command(BaseCommand):
         )
         tty = sys.stdout.isatty()
         shown: list[int] = []
+        last = [""]
 
         def progress(elapsed: float, tally: load.Tally) -> None:
             done = int(BAR * elapsed / seconds)
             line = f"[{'#' * done}{'.' * (BAR - done)}] {elapsed:5.1f}/{seconds:g} s  "
             line += tally.summary()
+            last[0] = line
             if tty:
                 self.stdout.write("\r" + line, ending="")
-            elif done // 10 not in shown:  # a line per third when not a terminal
+            # A line per third when not a terminal; the full bar once the
+            # buyers are done (time is up while their last purchases finish).
+            elif done < BAR and done // 10 not in shown:
                 shown.append(done // 10)
                 self.stdout.write(line)
 
@@ -72,6 +76,5 @@ class Command(BaseCommand):
             raise CommandError(f"Another shop_load run is going ({exc}).") from exc
         except LockBackendError as exc:
             raise CommandError(str(exc)) from exc
-        if tty:
-            self.stdout.write("")
+        self.stdout.write("" if tty else last[0])
         self.stdout.write(self.style.SUCCESS(f"Done: {tally.summary()}."))
