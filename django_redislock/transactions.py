@@ -125,11 +125,19 @@ class TransactionLocks:
 
         return wrapper
 
-    def holds(self, lock: Lock) -> bool:
+    def holds(self, lock: Lock, *, strict: bool = False) -> bool:
         """Whether this transaction holds ``lock``'s name already: the same
-        name on the same cache alias (and key prefix), not the name alone."""
+        name on the same cache alias (and key prefix), not the name alone.
+
+        ``strict``: from now on its commit also depends on that hold not being
+        known lost, as if ``@require_lock`` had handed it over: a ``deduct()``
+        may have handed the name over first, unguarded, while the decorated
+        function's own writes under it have no guard of their own."""
         key = lock._own_hold_key()
-        return any(held.lock._own_hold_key() == key for held in self.locks)
+        found = [held for held in self.locks if held.lock._own_hold_key() == key]
+        for held in found if strict else ():
+            held.strict = True
+        return bool(found)
 
     def release_all(self, *, now: bool = False) -> int:
         """The transaction is over: release what it alone still held (``now``:
@@ -165,8 +173,11 @@ def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
     """Hand one level of the current thread's hold through ``lock`` to the open
     transactions (of every connection in an atomic block or with autocommit
     off), the last of which to end releases it after its commit or rollback.
-    ``False``, to release now, when no transaction is open or one already
-    holds the name until its end.
+    ``False``, to release now, when no transaction is open or each open one
+    already holds the name until its end (a hold made unguarded, by
+    ``deduct()``, is guarded from then on as this call's). A transaction that
+    holds it does not stop the others from getting this level: the lock is
+    free only when the last of them has ended.
 
     The hold is confirmed first (one round trip, which also renews it), as a
     release would have been: leaving with a lease already lost raises
@@ -176,12 +187,15 @@ def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
     function raised; its exception, not a loss, is what goes on)."""
     if lock.fencing_token is None:  # the current thread holds nothing through it
         return False
-    open_ = [
-        TransactionLocks.of(connection)
-        for connection in connections.all(initialized_only=True)
-        if _in_transaction(connection)
-    ]
-    if not open_ or any(holds.holds(lock) for holds in open_):
+    # each open transaction that does not hold the name yet; one that does
+    # keeps it, now guarded as this call's (``TransactionLocks.holds``)
+    open_: list[TransactionLocks] = []
+    for connection in connections.all(initialized_only=True):
+        if _in_transaction(connection):
+            holds = TransactionLocks.of(connection)
+            if not holds.holds(lock, strict=True):
+                open_.append(holds)
+    if not open_:
         return False
     try:
         if confirm:

@@ -518,3 +518,69 @@ def test_a_release_that_crashes_after_the_transaction_leaves_the_others_released
     assert not Lock("crash:1").locked(), "the hold after the crash was left to its lease"
     assert "Releasing 'crash:2' after the transaction ended" in caplog.text
     second.release()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_decorated_call_on_a_name_its_transaction_already_holds_still_guards_the_commit(
+    redis_client: redis.Redis,
+) -> None:
+    """``@require_lock`` on the item's own lock name, around a ``deduct()``:
+    the deduction handed the name to the transaction first, unguarded (its
+    ``UPDATE`` needs no lock). The call's hand-over found the name held and
+    released its own level, so a loss found before the commit no longer
+    stopped the call's unguarded writes from committing (found by a review)."""
+    item = Item.objects.create(stock=5, title="before")
+    name = Item.inventory_lock_name(item.pk)
+
+    @require_lock("tests.item:<pk>", timeout=0.6)
+    def sell(pk: int) -> None:
+        Item.objects.get(pk=pk).deduct(1)
+        Item.objects.filter(pk=pk).update(title="committed after the loss")
+
+    lost = threading.Event()
+
+    def reported(sender: object, **kwargs: Any) -> None:
+        lost.set()
+
+    lock_signals.lock_lost.connect(reported, weak=False)
+    try:
+        with pytest.raises(LockLostError), transaction.atomic():
+            sell(item.pk)
+            assert refused_elsewhere(name)
+            redis_client.delete(f"redislock:{{{name}}}:lock")
+            assert lost.wait(10), "the watchdog's next renewal never reported the loss"
+    finally:
+        lock_signals.lock_lost.disconnect(reported)
+    item.refresh_from_db()
+    assert (item.title, item.stock) == ("before", 5)
+    assert not Lock(name).locked()
+
+
+def test_a_name_one_databases_transaction_holds_is_still_handed_to_the_others(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ATOMIC_REQUESTS`` on two databases, and the view's name already held
+    by one of their transactions (a ``deduct()`` there): the call released its
+    own level, and the lock was free once that transaction committed, while
+    the view's writes to the other database were not (found by a review)."""
+    from django_redislock import transactions
+
+    inner, outer = _OpenTransaction(), _OpenTransaction()
+
+    class Connections:
+        def all(self, initialized_only: bool = False) -> list[_OpenTransaction]:
+            return [inner, outer]
+
+    monkeypatch.setattr(transactions, "connections", Connections())
+
+    @require_lock("sku:<pk>")
+    def view(pk: int) -> None:
+        held = Lock(f"sku:{pk}")
+        assert held.acquire()  # as a deduct() on the inner database does
+        transactions.TransactionLocks.of(inner).hold([held])  # type: ignore[arg-type]
+
+    view(3)
+    inner.end()
+    assert refused_elsewhere("sku:3"), "freed before the other database committed"
+    outer.end()
+    assert not Lock("sku:3").locked()
