@@ -163,10 +163,14 @@ class TransactionLocks:
 
 def _in_transaction(connection: BaseDatabaseWrapper) -> bool:
     """In an atomic block, or connected with autocommit off (``set_autocommit(False)``,
-    committed by hand): either way the writes are not committed yet."""
+    committed by hand): either way the writes are not committed yet.
+
+    Reads the state Django keeps (``autocommit``) rather than ``get_autocommit()``,
+    which ensures a connection first: a call that never touched the database
+    must not need one (pytest-django refuses it outside ``django_db``)."""
     if connection.in_atomic_block:
         return True
-    return connection.connection is not None and not connection.get_autocommit()
+    return connection.connection is not None and not connection.autocommit
 
 
 def hand_over(lock: Lock, *, confirm: bool = True) -> bool:

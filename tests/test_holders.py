@@ -584,3 +584,24 @@ def test_a_name_one_databases_transaction_holds_is_still_handed_to_the_others(
     assert refused_elsewhere("sku:3"), "freed before the other database committed"
     outer.end()
     assert not Lock("sku:3").locked()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_hand_over_never_opens_or_uses_a_database_connection(
+    django_db_blocker: Any,
+) -> None:
+    """Deciding whether a connection is in a transaction read its autocommit
+    through ``get_autocommit()``, which ensures a connection: with database
+    access refused (pytest-django outside ``django_db``) every decorated call
+    after a test that had left a connection open failed, and a function that
+    never touches the database must not need one."""
+    from django.db import connection
+
+    @require_lock("job:<job_id>")
+    def run(job_id: int) -> str:
+        return "ran"
+
+    connection.ensure_connection()
+    with django_db_blocker.block():
+        assert run(1) == "ran"
+    assert not Lock("job:1").locked()
