@@ -71,8 +71,8 @@ def fenced_update(
     """Write ``values`` only where the row's ``field`` is below ``token``; whether it did.
 
     ``target`` is a saved model instance (its row, by primary key, in the
-    database its ``save()`` would write to) or a queryset, whose own filter
-    and database are kept: pass
+    database and through the manager its ``save()`` would write with) or a
+    queryset, whose own filter and database are kept: pass
     ``Item.objects.filter(pk=pk, stock__gte=n)`` to guard a stock deduction
     by both the fence and the stock. ``values`` are what ``QuerySet.update``
     takes (``F()`` expressions included), and ``field`` is set to ``token`` in
@@ -90,10 +90,11 @@ def fenced_update(
     if isinstance(target, models.Model):
         if target.pk is None:
             raise ValueError("target must be a saved model instance (its pk is None).")
-        # the database its save() would write to: the routers', else the one
-        # it came from (never a read replica it was read from)
+        # the row its save() would write: in the routers' database, else the
+        # one it came from (never a read replica it was read from), through
+        # the base manager (a default manager may hide the row)
         using = router.db_for_write(type(target), instance=target)
-        manager = type(target)._default_manager.db_manager(using)
+        manager = type(target)._base_manager.db_manager(using)
         queryset: models.QuerySet[Any] = manager.filter(pk=target.pk)
     elif isinstance(target, models.QuerySet):
         queryset = target

@@ -19,6 +19,21 @@ class FencedRecord(models.Model):
         return f"{self.value} (fence {self.fence})"
 
 
+class _Published(models.Manager["PublishedRecord"]):
+    def get_queryset(self) -> models.QuerySet[PublishedRecord]:
+        return super().get_queryset().exclude(value="")
+
+
+class PublishedRecord(FencedRecord):
+    """A default manager that hides some rows, as a soft-delete manager does."""
+
+    published = _Published()
+
+    class Meta:
+        proxy = True
+        default_manager_name = "published"
+
+
 class Item(InventoryMixin):
     """Stock in the default ``stock`` field."""
 

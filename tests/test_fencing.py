@@ -149,3 +149,16 @@ def test_an_instance_read_from_a_replica_is_written_on_the_primary() -> None:
     with override_settings(DATABASE_ROUTERS=[f"{__name__}._PrimaryWrites"]):
         assert fenced_update(record, 5, value="b")
     assert FencedRecord.objects.get(pk=record.pk).value == "b"
+
+
+def test_an_instance_its_default_manager_hides_is_written_as_save_would() -> None:
+    """Through the base manager, as ``save()`` writes: the default manager
+    (a soft-delete or published-only filter) hid the row, so the write was
+    refused as if a newer holder had written (found by a review)."""
+    from tests.models import FencedRecord, PublishedRecord
+
+    draft = PublishedRecord._base_manager.get(pk=FencedRecord.objects.create(value="").pk)
+    assert not PublishedRecord._default_manager.filter(pk=draft.pk).exists()
+    assert fenced_update(draft, 5, writes=1)
+    assert (draft.fence, FencedRecord.objects.get(pk=draft.pk).writes) == (5, 1)
+    assert not fenced_update(draft, 4, writes=2)  # the fence still refuses an older token
