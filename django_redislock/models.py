@@ -71,10 +71,6 @@ def _update_returning_sql(
     else:
         return None
     owner = _stock_owner(model)
-    if owner is not model._meta.concrete_model:
-        # a multi-table child: the ORM's UPDATE joins its own table, so a
-        # parent row that is not one of its rows is not deducted
-        return None
     quote = connection.ops.quote_name
     table = quote(owner._meta.db_table)
     stock_field = owner._meta.get_field(model.stock_field)
@@ -241,9 +237,23 @@ class InventoryMixin(models.Model):
             ) from exc
 
     @classmethod
+    def _stock_row(cls, pk: Any, using: str) -> models.QuerySet[Any]:
+        """The row of ``pk`` in the table that holds the stock, alone, so that a
+        guard filtered on it is in the ``UPDATE``'s own ``WHERE``. Through a
+        multi-table child, Django updates a parent's field with a ``SELECT``
+        of the ids that match and then an ``UPDATE`` by id: a deduction
+        committed in between (by a buyer whose lock was lost) passed the
+        guard, and the stock went below zero. ``DoesNotExist`` when ``pk`` is
+        a parent row that is none of this model's."""
+        owner = _stock_owner(cls)
+        child = owner is not cls._meta.concrete_model
+        if child and not cls._base_manager.using(using).filter(pk=pk).exists():
+            raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist.")
+        return owner._base_manager.using(using).filter(pk=pk)
+
+    @classmethod
     def _deduct(cls, quantities: Mapping[Any, int], using: str) -> dict[Any, int]:
         field = cls.stock_field
-        manager = cls._base_manager.using(using)
         with transaction.atomic(using=using):
             transactions.hold_until_transaction_end(
                 [cls.inventory_lock_name(pk) for pk in quantities],
@@ -257,23 +267,24 @@ class InventoryMixin(models.Model):
             left: dict[Any, int] = {}
             for pk in sorted(quantities, key=str):
                 quantity = quantities[pk]
+                row = cls._stock_row(pk, using)
                 stock: int | None = None
                 if returning is not None:
                     # one round trip inside the lock instead of two
                     with connection.cursor() as cursor:
                         db_pk = pk_field.get_db_prep_value(pk, connection)
                         cursor.execute(returning, [quantity, db_pk, quantity])
-                        row = cursor.fetchone()
-                    changed = row is not None
-                    stock = row[0] if row is not None else None
+                        returned = cursor.fetchone()
+                    changed = returned is not None
+                    stock = returned[0] if returned is not None else None
                 else:
                     changed = bool(
-                        manager.filter(pk=pk, **{f"{field}__gte": quantity}).update(
+                        row.filter(**{f"{field}__gte": quantity}).update(
                             **{field: F(field) - quantity}
                         )
                     )
                 if stock is None:
-                    stock = manager.filter(pk=pk).values_list(field, flat=True).first()
+                    stock = row.values_list(field, flat=True).first()
                 if not changed:
                     raise cls._insufficient(pk, stock, quantity)
                 assert stock is not None
@@ -302,20 +313,20 @@ class InventoryMixin(models.Model):
         pk = self._require_pk()
         field = self.stock_field
         using = self._inventory_db(self)
-        manager = cls._base_manager.using(using)
         # Guarded like a deduction: past the field's range PostgreSQL raises
         # inside the transaction and SQLite turns the stock into a float.
         limit = cls._stock_limit()
         room = {f"{field}__lte": limit - quantity}
         with transaction.atomic(using=using):
-            if not manager.filter(pk=pk, **room).update(**{field: F(field) + quantity}):
-                if not manager.filter(pk=pk).exists():
+            row = cls._stock_row(pk, using)
+            if not row.filter(**room).update(**{field: F(field) + quantity}):
+                if not row.exists():
                     raise cls.DoesNotExist(f"{cls.__name__} {pk!r} does not exist.")
                 raise ValueError(
                     f"restocking {quantity} would take {cls.__name__}.{field} of {pk!r} "
                     f"past {limit}, the most it holds; nothing was changed."
                 )
-            stock: int = manager.filter(pk=pk).values_list(field, flat=True).get()
+            stock: int = row.values_list(field, flat=True).get()
         setattr(self, field, stock)
         return stock
 

@@ -51,6 +51,17 @@ class ProxyItem(Item):
         proxy = True
 
 
+class Uncapped(InventoryMixin):
+    """Stock in a plain ``IntegerField``: no CHECK constraint, so only the
+    guarded write keeps it from going below zero."""
+
+    stock = models.IntegerField(default=0)
+
+
+class UncappedChild(Uncapped):
+    """A multi-table-inheritance child: its stock lives in ``Uncapped``'s table."""
+
+
 class Gadget(InventoryMixin):
     """Stock kept in a field of another name."""
 

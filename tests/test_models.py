@@ -396,3 +396,15 @@ def test_restock_past_the_fields_range_is_refused_and_changes_nothing() -> None:
     assert stock(item) == limit - 10 and isinstance(stock(item), int)
     assert item.restock(10) == limit
     assert stock(item) == limit and isinstance(stock(item), int)
+
+
+def test_a_multi_table_child_restocks_its_parents_row_and_no_other() -> None:
+    """Restocks write the table that holds the stock by itself, as deductions
+    do (``_stock_row``); a parent row that is no child is still refused."""
+    special = SpecialItem.objects.create(stock=1)
+    assert special.restock(2) == 3
+    assert stock(special) == 3
+    plain = Item.objects.create(stock=4)
+    with pytest.raises(SpecialItem.DoesNotExist):
+        SpecialItem(pk=plain.pk).restock(1)
+    assert stock(plain) == 4
