@@ -6,6 +6,8 @@ unpickle their target by importing its module before Django is set up.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 def buy_loop(pk: int, rounds: int) -> None:
     from django_redislock import InsufficientStock
@@ -52,3 +54,11 @@ def buy_carts(pks: list[int], rounds: int) -> None:
 
     for _ in range(rounds):
         Item.deduct_many(dict.fromkeys(pks, 1))
+
+
+def buy_on_command(pk: int, commands: Any, events: Any) -> None:
+    """One ``deduct(1)``, when told to; says when it has committed."""
+    from tests.models import Item
+
+    assert commands.get(timeout=60) == "buy"
+    events.put(("bought", Item.objects.get(pk=pk).deduct(1)))

@@ -13,9 +13,9 @@ from django_redislock import InsufficientStock, Lock, LockTimeout, transactions
 from django_redislock import models as inventory
 from django_redislock.watchdog import watchdog
 from tests.holders import OtherThread, refused_elsewhere
-from tests.inventory_workers import buy_carts, buy_loop, buy_via_view
+from tests.inventory_workers import buy_carts, buy_loop, buy_on_command, buy_via_view
 from tests.models import Gadget, Item, Order, ProxyItem, SpecialItem
-from tests.procs import processes
+from tests.procs import CTX, processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -408,3 +408,28 @@ def test_a_multi_table_child_restocks_its_parents_row_and_no_other() -> None:
     with pytest.raises(SpecialItem.DoesNotExist):
         SpecialItem(pk=plain.pk).restock(1)
     assert stock(plain) == 4
+
+
+@pytest.mark.parametrize("level", ["REPEATABLE READ", "SERIALIZABLE"])
+def test_a_snapshot_older_than_the_lock_fails_the_deduction_on_postgresql(level: str) -> None:
+    """As docs/inventory.md says: at these isolation levels a transaction sees
+    the rows as of its first statement, so one that read before it had the
+    item's lock cannot write a row another buyer changed since. PostgreSQL
+    refuses the write (a serialization failure to retry), never oversells,
+    and the lock goes with the rollback."""
+    from django.db import OperationalError, connection
+
+    if connection.vendor != "postgresql":
+        pytest.skip("isolation levels of PostgreSQL")
+    item = Item.objects.create(stock=5)
+    commands, events = CTX.Queue(), CTX.Queue()
+    with processes(buy_on_command, [(item.pk, commands, events)]):
+        with pytest.raises(OperationalError, match="could not serialize"), transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(f"SET TRANSACTION ISOLATION LEVEL {level}")
+            assert stock(item) == 5  # the snapshot is taken here
+            commands.put("buy")
+            assert events.get(timeout=60) == ("bought", 4)  # another buyer, committed
+            item.deduct(1)
+    assert stock(item) == 4
+    assert not lock_of(item).locked()
