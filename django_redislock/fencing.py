@@ -15,7 +15,9 @@ Timeline of the case it covers::
                                                            refused, nothing changed
 
 The check and the write are one statement, so they are atomic on every
-database Django supports; no transaction or row lock is needed for it.
+database Django supports; no transaction or row lock is needed for it (but
+for a multi-table child, whose parent's table is written apart: see
+``fenced_update``).
 
 Importing this module imports ``django.db.models`` but defines no model, so it
 works before the app registry is ready.
@@ -23,9 +25,10 @@ works before the app registry is ready.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from django.db import models, router
+from django.db import models, router, transaction
+from django.db.models import sql
 
 __all__ = ["FenceField", "fenced_update"]
 
@@ -78,6 +81,15 @@ def fenced_update(
     takes (``F()`` expressions included), and ``field`` is set to ``token`` in
     the same statement.
 
+    The fence check must be in the ``UPDATE`` of the fence's own table: on a
+    multi-table child whose fence (or another written field) is a parent's,
+    Django's update selects the ids first and then updates by id, and a
+    newer holder committing in between would be overwritten. So an
+    instance's fence row is written first, with the check, and the columns
+    of its other tables after it in one transaction; a queryset that would
+    be written that way (a join in its filter, fields of two tables) is a
+    ``ValueError``.
+
     Returns ``True`` when at least one row was written. ``False`` means a
     holder with a newer (or the same) token has written since, or that no row
     matched: either way nothing changed, and the caller must not carry on as
@@ -90,19 +102,63 @@ def fenced_update(
     if isinstance(target, models.Model):
         if target.pk is None:
             raise ValueError("target must be a saved model instance (its pk is None).")
-        # the row its save() would write: in the routers' database, else the
-        # one it came from (never a read replica it was read from), through
-        # the base manager (a default manager may hide the row)
-        using = router.db_for_write(type(target), instance=target)
-        manager = type(target)._base_manager.db_manager(using)
-        queryset: models.QuerySet[Any] = manager.filter(pk=target.pk)
-    elif isinstance(target, models.QuerySet):
-        queryset = target
-    else:
+        if _write_instance(target, token, field, values):
+            setattr(target, field, token)
+            return True
+        return False
+    if not isinstance(target, models.QuerySet):
         raise TypeError(
             f"target must be a model instance or a QuerySet, not {type(target).__name__}."
         )
-    updated = queryset.filter(**{f"{field}__lt": token}).update(**values, **{field: token})
-    if updated and isinstance(target, models.Model):
-        setattr(target, field, token)
-    return bool(updated)
+    guarded = target.filter(**{f"{field}__lt": token})
+    writes = {**values, field: token}
+    if _spans_tables(guarded, writes):
+        raise ValueError(
+            f"fenced_update cannot guard this {target.model.__name__} queryset: its filter "
+            f"joins another table or it writes fields of two tables, so the fence check "
+            f"would not be in the UPDATE itself. Pass the instance, or a queryset of the "
+            f"model that holds {field!r} filtered on its own columns."
+        )
+    return bool(guarded.update(**writes))
+
+
+def _spans_tables(queryset: models.QuerySet[Any], writes: dict[str, Any]) -> bool:
+    """Whether Django would run this update as a ``SELECT`` of ids (or a
+    subquery) plus an ``UPDATE`` by id, as ``SQLUpdateCompiler`` decides."""
+    query = cast(sql.UpdateQuery, queryset.query.chain(sql.UpdateQuery))
+    query.add_update_values(writes)
+    query.get_initial_alias()
+    return bool(query.get_related_updates()) or query.count_active_tables() > 1
+
+
+def _write_instance(target: models.Model, token: int, field: str, values: dict[str, Any]) -> bool:
+    """The fenced write of one saved instance, as its ``save()`` would write it:
+    in the routers' database, else the one it came from (never a read replica
+    it was read from), through the base manager (a default manager may hide
+    the row). The fence's table is written first, by itself, with the check;
+    the instance's other tables (a multi-table child's) after it, in the same
+    transaction, which holds the fence row's lock until they are written."""
+    model = type(target)
+    meta = model._meta
+    using = router.db_for_write(model, instance=target)
+    owner = meta.get_field(field).model._meta.concrete_model
+    assert owner is not None
+    fenced: dict[str, Any] = {field: token}
+    rest: dict[str, Any] = {}
+    for name, value in values.items():
+        table = meta.get_field(name).model._meta.concrete_model
+        (fenced if table is owner else rest)[name] = value
+    pk_field = owner._meta.pk
+    assert pk_field is not None
+    fence_row = owner._base_manager.db_manager(using).filter(
+        pk=getattr(target, pk_field.attname), **{f"{field}__lt": token}
+    )
+    row = model._base_manager.db_manager(using).filter(pk=target.pk)
+    if owner is meta.concrete_model and not rest:
+        return bool(fence_row.update(**fenced))  # one statement, no transaction
+    with transaction.atomic(using=using):
+        if not row.exists() or not fence_row.update(**fenced):
+            return False
+        if rest:
+            row.update(**rest)
+    return True

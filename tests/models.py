@@ -19,6 +19,12 @@ class FencedRecord(models.Model):
         return f"{self.value} (fence {self.fence})"
 
 
+class FencedChild(FencedRecord):
+    """A multi-table-inheritance child: its fence lives in ``FencedRecord``'s table."""
+
+    note = models.CharField(max_length=20, default="")
+
+
 class _Published(models.Manager["PublishedRecord"]):
     def get_queryset(self) -> models.QuerySet[PublishedRecord]:
         return super().get_queryset().exclude(value="")

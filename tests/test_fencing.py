@@ -162,3 +162,85 @@ def test_an_instance_its_default_manager_hides_is_written_as_save_would() -> Non
     assert fenced_update(draft, 5, writes=1)
     assert (draft.fence, FencedRecord.objects.get(pk=draft.pk).writes) == (5, 1)
     assert not fenced_update(draft, 4, writes=2)  # the fence still refuses an older token
+
+
+def _write_child_on_command(pk: int, token: int, commands: Any, results: Any) -> None:
+    from tests.models import FencedChild
+
+    child = FencedChild.objects.get(pk=pk)
+    assert commands.get(timeout=60) == "write"
+    results.put(fenced_update(child, token, value=f"written with {token}", note="stale"))
+
+
+def _wait_for_a_blocked_statement() -> None:
+    """Until some backend waits for a row lock (pg_locks is read live)."""
+    import time
+
+    from django.db import connection
+
+    deadline = time.monotonic() + 30
+    with connection.cursor() as cursor:
+        while time.monotonic() < deadline:
+            cursor.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            if cursor.fetchone()[0]:
+                return
+            time.sleep(0.02)  # a poll of the database's lock table, not a synchronisation
+    raise AssertionError("the stale write never waited for the row")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stale_token_never_writes_a_multi_table_childs_row() -> None:
+    """The fence of a multi-table child lives in its parent's table: Django
+    updated it with a SELECT of the ids where ``fence < token`` and then an
+    ``UPDATE`` by id, so a stale holder that selected before a newer one
+    committed wrote after it, and the fence went back from 8 to 7 (found by
+    a review). Now the fence's own table is written first, with the check in
+    its ``UPDATE``, and the child's columns after it, in one transaction."""
+    from django.db import connection, transaction
+
+    from tests.models import FencedChild, FencedRecord
+
+    if connection.vendor != "postgresql":
+        pytest.skip("row locks of PostgreSQL; SQLite's file lock serialises the writers")
+    child = FencedChild.objects.create(value="first")
+    commands, results = CTX.Queue(), CTX.Queue()
+    with processes(_write_child_on_command, [(child.pk, 7, commands, results)], timeout=60):
+        with transaction.atomic():
+            newer = FencedChild.objects.get(pk=child.pk)
+            assert fenced_update(newer, 8, value="written with 8", note="newer")
+            commands.put("write")  # the stale holder, while the newer write is uncommitted
+            _wait_for_a_blocked_statement()
+        assert results.get(timeout=30) is False
+    row = FencedChild.objects.get(pk=child.pk)
+    assert (row.fence, row.value, row.note) == (8, "written with 8", "newer")
+    assert FencedRecord.objects.get(pk=child.pk).fence == 8
+
+
+def test_a_multi_table_childs_fields_of_both_tables_are_written_and_fenced() -> None:
+    from tests.models import FencedChild
+
+    child = FencedChild.objects.create(value="a")
+    assert fenced_update(child, 5, value="b", note="n")
+    assert child.fence == 5
+    assert not fenced_update(child, 4, value="stale", note="stale")
+    row = FencedChild.objects.get(pk=child.pk)
+    assert (row.fence, row.value, row.note) == (5, "b", "n")
+
+
+def test_a_queryset_whose_update_would_leave_the_check_out_of_it_is_refused() -> None:
+    """A join in its filter, or fields of a parent's table: Django writes it
+    as a SELECT of ids (or a subquery) and an UPDATE by id, which a newer
+    holder's write can pass between (found by a review)."""
+    from tests.models import FencedChild, FencedRecord
+
+    child = FencedChild.objects.create(value="a", note="n")
+    for queryset, values in (
+        (FencedChild.objects.filter(pk=child.pk), {"value": "b"}),
+        (FencedChild.objects.filter(pk=child.pk), {"note": "b"}),  # the fence is a parent's
+        (FencedRecord.objects.filter(pk=child.pk, fencedchild__note="n"), {"value": "b"}),
+    ):
+        with pytest.raises(ValueError, match="would not be in the UPDATE itself"):
+            fenced_update(queryset, 5, **values)
+    row = FencedChild.objects.get(pk=child.pk)
+    assert (row.fence, row.value, row.note) == (0, "a", "n")
+    assert fenced_update(FencedRecord.objects.filter(pk=child.pk), 5, value="b")
