@@ -255,12 +255,15 @@ class InventoryMixin(models.Model):
     def _deduct(cls, quantities: Mapping[Any, int], using: str) -> dict[Any, int]:
         field = cls.stock_field
         with transaction.atomic(using=using):
+            connection = transaction.get_connection(using)
+            # a transaction that can only roll back would fail at its first
+            # query, holding the items' locks until it ends: fail before them
+            connection.validate_no_broken_transaction()
             transactions.hold_until_transaction_end(
                 [cls.inventory_lock_name(pk) for pk in quantities],
                 using,
                 cls.inventory_lock_options,
             )
-            connection = transaction.get_connection(using)
             returning = _update_returning_sql(cls, connection)
             pk_field = _stock_owner(cls)._meta.pk
             assert pk_field is not None

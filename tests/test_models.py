@@ -433,3 +433,24 @@ def test_a_snapshot_older_than_the_lock_fails_the_deduction_on_postgresql(level:
             item.deduct(1)
     assert stock(item) == 4
     assert not lock_of(item).locked()
+
+
+def test_a_transaction_that_can_only_roll_back_takes_no_lock() -> None:
+    """An error Django marked for rollback (a failed save the caller caught)
+    leaves the transaction unable to run queries: the deduction took the
+    item's lock before failing on its first query, and kept it from every
+    other buyer until that transaction ended (found by a review)."""
+    from django.db import IntegrityError
+    from django.db.transaction import TransactionManagementError
+
+    item = Item.objects.create(stock=5)
+    with transaction.atomic():
+        with contextlib.suppress(IntegrityError):
+            Order.objects.create(item=item, quantity=-1)  # the CHECK refuses it
+        with pytest.raises(TransactionManagementError):
+            item.deduct()
+        assert not lock_of(item).locked()
+        with pytest.raises(TransactionManagementError):
+            Item.deduct_many({item: 1})
+        assert not lock_of(item).locked()
+    assert stock(item) == 5
