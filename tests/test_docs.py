@@ -2,10 +2,30 @@
 
 from __future__ import annotations
 
+import ast
+import builtins
 import re
+import symtable
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+
+#: Pages whose Python blocks are meant to be pasted into a project as they are
+#: (others, such as semaphores.md, sketch with placeholders like ``build_export()``).
+RECIPE_PAGES = [
+    "api.md",
+    "celery.md",
+    "commands.md",
+    "decorators.md",
+    "drf.md",
+    "faults.md",
+    "metrics.md",
+    "quickstart.md",
+    "settings.md",
+    "testing-your-project.md",
+]
 
 
 def test_every_test_named_in_guarantees_exists() -> None:
@@ -43,3 +63,37 @@ def test_readme_links_are_absolute_and_point_at_files_that_exist() -> None:
             if link.startswith(base):
                 path = link[len(base) :].split("#", 1)[0]
                 assert (root / path).is_file(), f"{link!r}: no file {path}"
+
+
+def _unbound_names(code: str) -> set[str]:
+    """Global names ``code`` reads but neither imports nor assigns, at any depth."""
+    top = symtable.symtable(code, "<block>", "exec")
+    bound = {s.get_name() for s in top.get_symbols() if s.is_assigned() or s.is_imported()}
+    read: set[str] = set()
+    tables = [top]
+    while tables:
+        table = tables.pop()
+        read |= {
+            s.get_name()
+            for s in table.get_symbols()
+            if s.is_referenced() and (table is top or s.is_global())
+        }
+        tables.extend(table.get_children())
+    return read - bound - set(dir(builtins))
+
+
+@pytest.mark.parametrize("page", RECIPE_PAGES)
+def test_each_recipe_block_imports_what_it_uses(page: str) -> None:
+    """A block pasted on its own runs: it imports every name it uses, except
+    the functions and classes an earlier block of the page defines."""
+    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)
+    assert blocks, f"docs/{page} has no Python block"
+    defined: set[str] = set()
+    for number, code in enumerate(blocks, 1):
+        missing = _unbound_names(code) - defined
+        assert not missing, f"docs/{page}, Python block {number}: {sorted(missing)} not imported"
+        defined |= {
+            node.name
+            for node in ast.parse(code).body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
