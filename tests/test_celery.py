@@ -7,21 +7,27 @@ two processes (prefork), so two tasks really run at once.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 import redis
 
-from django_redislock import Lock
+from django_redislock import Lock, LockTimeout
+from django_redislock import signals as lock_signals
 from tests.holders import OtherThread
+from tests.signals_helper import capture
 
 pytest.importorskip("celery")
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_redis")]
 
 ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "celery.md"
 
 
 @pytest.fixture(scope="module")
@@ -96,3 +102,37 @@ def test_retry_later_with_a_countdown_from_retry_after(
     first, second = done(redis_client, 2)
     assert first in ("retry tuesday in 1", "retry tuesday in 2")  # the lease's rest
     assert second == "built tuesday"  # retried once the lease ran out
+
+
+def celery_recipes() -> dict[str, Any]:
+    """The page's Celery blocks, in one module as a project's ``tasks.py``."""
+    text = PAGE.read_text(encoding="utf-8").split("## Django's own tasks")[0]
+    namespace: dict[str, Any] = {"__name__": "shop.tasks"}
+    for code in re.findall(r"```python\n(.*?)```", text, re.S):
+        exec(compile(code, str(PAGE), "exec"), namespace)
+    return namespace
+
+
+def test_the_pages_own_blocks_lock_skip_and_retry(other_thread: OtherThread) -> None:
+    """The blocks of the page themselves (the worker above runs copies that
+    report what they do), each task called in this process as a worker calls it."""
+    from celery.exceptions import Retry
+
+    tasks = celery_recipes()
+    with capture(lock_signals.lock_acquired) as calls:
+        tasks["import_feed"]("prices")
+    assert [call["name"] for call in calls] == ["import:prices"]  # named after the work
+
+    holder = Lock("report:monday", timeout=5, auto_renew=False)  # a run in progress
+    other_thread(holder.acquire)
+    try:
+        assert tasks["nightly_report"]("monday") == "skipped"
+        later = tasks["nightly_report_later"]
+        with mock.patch.object(later, "retry", return_value=Retry()) as retry:
+            with pytest.raises(Retry):
+                later("monday")
+        assert 1 <= retry.call_args.kwargs["countdown"] <= 5  # the holder's lease left
+        assert isinstance(retry.call_args.kwargs["exc"], LockTimeout)
+    finally:
+        other_thread(holder.release)
+    assert tasks["nightly_report"]("monday") is None  # built: the body is "..."
