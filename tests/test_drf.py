@@ -1,9 +1,13 @@
 """DRF: where ``@require_lock`` sits relative to authentication, permissions and
-throttling, and ViewSet actions (``docs/drf.md``)."""
+throttling, and ViewSet actions (``docs/drf.md``); the page's own views at the end."""
 
 from __future__ import annotations
 
+import re
+import sys
+import types
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.core.cache import caches
@@ -15,6 +19,8 @@ from tests.holders import OtherThread
 from tests.signals_helper import capture
 
 pytest.importorskip("rest_framework")
+
+PAGE = Path(__file__).resolve().parent.parent / "docs" / "drf.md"
 
 
 @pytest.fixture(autouse=True)
@@ -61,5 +67,44 @@ def test_viewset_actions_lock_per_object(other_thread: OtherThread) -> None:
         assert "detail" in busy.json()
         assert "Retry-After" in busy
         assert client.post("/skus/6/buy/").status_code == 200  # another object
+    finally:
+        other_thread(holder.release)
+
+
+@pytest.fixture
+def page_urls() -> Iterator[None]:
+    """The page's views, as written there, routed as a project would route them."""
+    from django.urls import path
+    from rest_framework.routers import SimpleRouter
+
+    [code] = re.findall(r"```python\n(.*?)```", PAGE.read_text(encoding="utf-8"), re.S)
+    module = types.ModuleType("drf_page_urls")
+    exec(compile(code, str(PAGE), "exec"), module.__dict__)
+    router = SimpleRouter()
+    router.register("skus", module.SkuViewSet, basename="sku")
+    module.urlpatterns = [path("reports/<int:pk>/", module.ReportView.as_view()), *router.urls]
+    sys.modules[module.__name__] = module
+    try:
+        with override_settings(ROOT_URLCONF=module.__name__, REDISLOCK={"BLOCKING_TIMEOUT": 0.2}):
+            yield
+    finally:
+        del sys.modules[module.__name__]
+
+
+@pytest.mark.usefixtures("page_urls")
+def test_the_pages_views_lock_after_permissions_and_per_object(other_thread: OtherThread) -> None:
+    client = Client()
+    with capture(lock_signals.lock_acquired) as calls:
+        refused = client.post("/reports/1/")
+    assert refused.status_code in (401, 403)  # IsAuthenticated...
+    assert acquired("report:1", calls) == 0  # ...before the lock
+    assert client.post("/skus/5/buy/").json() == {"bought": "5"}
+    holder = Lock("sku:5")
+    other_thread(holder.acquire)
+    try:
+        busy = client.post("/skus/5/buy/")
+        assert busy.status_code == 423
+        assert "detail" in busy.json() and int(busy["Retry-After"]) >= 1
+        assert client.post("/skus/6/buy/").json() == {"bought": "6"}
     finally:
         other_thread(holder.release)
