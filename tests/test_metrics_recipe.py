@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +14,24 @@ import pytest
 
 prometheus_client = pytest.importorskip("prometheus_client")
 
-from django_redislock import Lock, signals  # noqa: E402
+from django_redislock import Lock, LockLostError, Semaphore, signals  # noqa: E402
 from tests.signals_helper import time_out_in_another_thread  # noqa: E402
+
+
+@contextmanager
+def capture(signal: Any) -> Iterator[list[dict[str, Any]]]:
+    """Record every send of ``signal`` and the thread it ran in."""
+    calls: list[dict[str, Any]] = []
+
+    def receiver(sender: object, **kwargs: Any) -> None:
+        calls.append({"thread": threading.current_thread(), **kwargs})
+
+    signal.connect(receiver, weak=False)
+    try:
+        yield calls
+    finally:
+        signal.disconnect(receiver)
+
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
 
@@ -56,3 +75,17 @@ def test_the_recipe_counts_holds_waits_and_timeouts(recipe: dict[str, Any]) -> N
     assert sample("redislock_timeouts_total", kind="lock") == 1
     waited = sample("redislock_wait_seconds_sum", kind="lock", outcome="timeout")
     assert waited is not None and waited >= 0.15
+
+
+def test_the_recipe_counts_lost_leases_and_labels_each_kind(recipe: dict[str, Any]) -> None:
+    lock = Lock("recipe:lost", timeout=0.1, auto_renew=False)
+    lock.acquire()
+    time.sleep(0.3)  # the lease runs out, unrenewed: the release finds it gone
+    with capture(signals.lock_lost) as lost, pytest.raises(LockLostError):
+        lock.release()
+    assert sample("redislock_lost_leases_total", kind="lock") == 1
+    assert [call["thread"] for call in lost] == [threading.current_thread()]  # as the page says
+
+    with Semaphore("recipe:pool", 2):
+        pass
+    assert sample("redislock_hold_seconds_count", kind="semaphore") == 1
