@@ -80,3 +80,9 @@ class Gadget(InventoryMixin):
 class Order(models.Model):  # noqa: DJ008
     item = models.ForeignKey(Item, on_delete=models.CASCADE)
     quantity = models.PositiveIntegerField()
+
+
+class Account(models.Model):  # noqa: DJ008
+    """A row read, changed in Python and saved: docs/quickstart.md's lost-update recipe."""
+
+    points = models.IntegerField(default=0)

@@ -12,9 +12,13 @@ import os
 import re
 import subprocess
 import sys
+import threading
+import types
 from pathlib import Path
 
 import pytest
+from django.db import connection, transaction
+from django.test import Client, override_settings
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "quickstart.md"
@@ -91,3 +95,65 @@ def test_the_quickstart_works_in_a_new_project(tmp_path: Path, redis_url: str) -
             target = tmp_path / ("mysite/urls.py" if what == "urls.py" else what)
             target.write_text(code)
     assert "quickstart ok" in run("-c", CHECK)
+
+
+def lost_update_recipe() -> types.ModuleType:
+    """The page's lost-update block, with the test suite's ``Account`` for the shop's."""
+    text = PAGE.read_text(encoding="utf-8")
+    [code] = [code for code in re.findall(r"```python\n(.*?)```", text, re.S) if "points" in code]
+    assert "from shop.models import Account\n" in code
+    code = code.replace("from shop.models import Account", "from tests.models import Account")
+    module = types.ModuleType("quickstart_points")
+    exec(compile(code, str(PAGE), "exec"), module.__dict__)
+    from django.urls import path
+
+    module.urlpatterns = [path("points/<int:pk>/", module.add_points)]
+    return module
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_lost_update_recipe_loses_no_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four threads add 20 points each, two through the view (under
+    ``ATOMIC_REQUESTS``), two through the function: no addition is lost."""
+    from tests.models import Account
+
+    recipe = lost_update_recipe()
+    account = Account.objects.create()
+    monkeypatch.setitem(connection.settings_dict, "ATOMIC_REQUESTS", True)
+    monkeypatch.setitem(sys.modules, recipe.__name__, recipe)
+    failures: list[BaseException] = []
+
+    def add(by_view: bool) -> None:
+        client = Client()
+        try:
+            for _ in range(20):
+                if by_view:
+                    answer = client.post(f"/points/{account.pk}/", {"points": "1"})
+                    assert answer.status_code == 200, answer
+                else:
+                    recipe.add_points_later(account.pk, 1)
+        except BaseException as exc:  # reported by the test below
+            failures.append(exc)
+        finally:
+            connection.close()
+
+    with override_settings(ROOT_URLCONF=recipe.__name__):
+        threads = [threading.Thread(target=add, args=(n % 2 == 0,)) for n in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert not failures, failures
+    account.refresh_from_db()
+    assert account.points == 80
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_lock_block_inside_a_transaction_ends_before_the_commit() -> None:
+    """What the page warns of: a ``with Lock`` block releases at its end."""
+    from django_redislock import Lock
+
+    with transaction.atomic():
+        with Lock("account:1"):
+            pass
+        assert not Lock("account:1").locked()  # the next holder may read the old row
