@@ -48,3 +48,13 @@ def test_skip_when_already_running(other_thread: OtherThread) -> None:
         other_thread(held.release)
     result = django_tasks.nightly_report.enqueue("monday")
     assert result.return_value == "report for monday"
+
+
+def test_a_holder_enqueuing_with_the_immediate_backend_runs_instead_of_skipping() -> None:
+    """As the page says: the immediate backend runs the task in the enqueuing
+    thread, which already holds ``report:<day>``, and the lock is reentrant."""
+    from tests import django_tasks
+
+    with Lock("report:friday"):
+        result: Any = django_tasks.nightly_report.enqueue("friday")
+    assert result.return_value == "report for friday"
