@@ -207,7 +207,8 @@ def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
     try:
         if bound is not None and bound.client is None:  # no sibling: a worker thread
             func, args = _sync_call(step, client, bound)
-            return bounds.workers.call(bound.seconds, func, *args)
+            # the caller's context: a tracer's span of the command keeps its parent
+            return bounds.workers.call(bound.seconds, contextvars.copy_context().run, func, *args)
         func, args = _sync_call(step, client if bound is None else bound.client, bound)
         return func(*args)
     except _TIMEOUTS as exc:
@@ -248,7 +249,7 @@ async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float)
     run: Awaitable[Any]
     if bound is not None and conn.aio is None:
         func, args = _sync_call(step, conn.sync, bound)
-        future = bounds.workers.submit(func, *args)
+        future = bounds.workers.submit(contextvars.copy_context().run, func, *args)
         run = _within(step, conn, asyncio.wrap_future(future), bound.seconds, future)
     else:
         if isinstance(step, Call):

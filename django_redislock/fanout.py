@@ -30,6 +30,7 @@ parent's threads do not exist.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import queue
 import threading
@@ -90,8 +91,10 @@ class _Batch:
 
 
 #: A call: its batch, the server's index and client, the script, its KEYS and
-#: ARGV, and when its caller stops waiting for it (``None``: never).
-_Job = tuple[_Batch, int, Any, "Script", Sequence[Any], Sequence[Any], float | None]
+#: ARGV, the caller's context, and when its caller stops waiting for it (``None``: never).
+_Job = tuple[
+    _Batch, int, Any, "Script", Sequence[Any], Sequence[Any], contextvars.Context, float | None
+]
 
 
 class _Pool:
@@ -175,12 +178,12 @@ class _Pool:
 
     @staticmethod
     def _do(job: _Job) -> None:
-        batch, index, client, script, keys, args, deadline = job
+        batch, index, client, script, keys, args, context, deadline = job
         if batch.abandoned or (deadline is not None and time.monotonic() > deadline):
             result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
         else:
-            try:
-                result = script(client, keys, args)
+            try:  # in the caller's context: a tracer's span of it has the caller's parent
+                result = context.run(script, client, keys, args)
             except Exception as exc:  # handed to the caller, which decides
                 result = exc
         batch.finish(index, result)
@@ -237,7 +240,9 @@ class Servers:
         sent = time.monotonic()
         deadlines = {i: _deadline(sent, timeout, self._limits[i]) for i in indices}
         for index in indices:
-            job = (batch, index, self.clients[index], script, keys, args, deadlines[index])
+            # a copy each: one context cannot be entered by two threads at once
+            context = contextvars.copy_context()
+            job = (batch, index, self.clients[index], script, keys, args, context, deadlines[index])
             if not pools[index].submit(job):
                 batch.finish(index, redis.TimeoutError(HUNG))
         try:

@@ -9,8 +9,10 @@ renewal and release must all pass there, sync and async.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,9 +20,12 @@ import redis
 import redis.asyncio
 from redis.client import Pipeline
 
-from django_redislock import AsyncLock, Lock, Semaphore
+from django_redislock import AsyncLock, Lock, Redlock, Semaphore
 from django_redislock.scripts import LOCK_RELEASE
+from tests.cluster import RedlockServers
 from tests.holders import OtherThread
+from tests.servers import RedisServer
+from tests.settings import redis_cache
 
 
 class Tracer:
@@ -154,3 +159,82 @@ def test_an_interrupted_reply_never_answers_a_later_command(
     with Lock("second") as lock:
         assert lock.owned()
     assert not Lock("interrupted").locked()  # the interrupted acquire was undone
+
+
+#: What a tracing integration keeps in a context variable: the current span.
+SPAN: contextvars.ContextVar[str | None] = contextvars.ContextVar("span", default=None)
+
+
+@pytest.fixture
+def spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    """Each command with the span current where it was sent, as OpenTelemetry's
+    redis instrumentation sees it: a command sent without the caller's
+    context is a trace of its own, missing from the request's."""
+    seen: list[tuple[str, str | None]] = []
+    sync_execute = redis.Redis.execute_command
+    async_execute = redis.asyncio.Redis.execute_command
+
+    def traced(self: Any, *args: Any, **options: Any) -> Any:
+        seen.append((str(args[0]).upper(), SPAN.get()))
+        return sync_execute(self, *args, **options)
+
+    async def traced_async(self: Any, *args: Any, **options: Any) -> Any:
+        seen.append((str(args[0]).upper(), SPAN.get()))
+        return await async_execute(self, *args, **options)
+
+    monkeypatch.setattr(redis.Redis, "execute_command", traced)
+    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", traced_async)
+    return seen
+
+
+def in_span(run: Any) -> None:
+    """``run()`` under the span ``"request"``, in a context of its own."""
+
+    def under() -> None:
+        SPAN.set("request")
+        run()
+
+    contextvars.copy_context().run(under)
+
+
+@pytest.mark.scaleout
+def test_a_redlock_s_commands_are_sent_in_the_caller_s_context(
+    redlock_servers: RedlockServers, spans: list[tuple[str, str | None]]
+) -> None:
+    """Each server's call is made by a worker thread, in the caller's context."""
+
+    def use() -> None:
+        with Redlock("traced-redlock", auto_renew=False):
+            pass
+
+    in_span(use)
+    assert sum(command == "EVALSHA" for command, _ in spans) >= 6  # a majority, twice
+    assert {span for _, span in spans} == {"request"}
+
+
+def test_commands_bounded_on_a_worker_are_sent_in_the_caller_s_context(
+    redis_server_factory: Callable[[], RedisServer], spans: list[tuple[str, str | None]]
+) -> None:
+    """A pool with no plain sibling (Sentinel, Cluster, a class of one's own):
+    a step bounded by ``blocking_timeout`` runs on a worker thread."""
+    from django.test import override_settings
+
+    # a server of its own: django-redis shares one pool per URL, whatever its class
+    url = redis_server_factory().url
+    spans.clear()  # the server's start-up checks
+    cache = redis_cache(url, CONNECTION_POOL_CLASS="tests.test_hangs.OwnPool")
+
+    def use() -> None:
+        with Lock("traced-bounded", blocking_timeout=1):
+            pass
+
+        async def use_async() -> None:
+            async with AsyncLock("traced-bounded", blocking_timeout=1):
+                pass
+
+        asyncio.run(use_async())
+
+    with override_settings(CACHES={"default": cache}):
+        in_span(use)
+    assert sum(command == "EVALSHA" for command, _ in spans) >= 2  # each acquire
+    assert {span for _, span in spans} == {"request"}
