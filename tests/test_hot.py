@@ -52,10 +52,11 @@ def test_tally_is_written_by_one_pipelined_flush(redis_client: redis.Redis) -> N
         "sku:1\x1fwait_ms": 2300,
         "sku:1\x1fw0": 1,
         f"sku:1\x1fw{hot.bucket(300)}": 1,
+        f"sku:1\x1fw{hot.bucket(2000)}": 1,  # the timeout's wait
     }
     assert 0 < redis_client.ttl(key) <= hot.KEEP_SECONDS
     stats = redis_client.info("commandstats")
-    assert stats["cmdstat_hincrby"]["calls"] == 6
+    assert stats["cmdstat_hincrby"]["calls"] == 7
     assert stats["cmdstat_expire"]["calls"] == 1
 
 
@@ -146,6 +147,20 @@ def test_percentiles_are_bucket_bounds() -> None:
     assert hot.percentile(waits, 0.95) == 200
     assert hot.percentile(waits, 1.0) == 5000
     assert hot.percentile(Counter(), 0.5) is None
+
+
+def test_waits_that_timed_out_are_in_the_percentiles(redis_client: redis.Redis) -> None:
+    """A name whose waiters mostly give up after 5 s: its p95 wait is 5 s,
+    not the wait of the one acquire that got it at once."""
+    clock = Clock(60 * 2000.0)
+    rec = recorder(redis_client, clock)
+    rec.acquired(None, name="stuck", waited=0.0)
+    for _ in range(19):
+        rec.contended(None, name="stuck", waited=5.0)
+    rec.flush()
+    history = hot.read(redis_client, "redislock", clock.now, minutes=60)
+    (stuck,) = hot.hot_names(history, window=5, order="timeouts")
+    assert (stuck.p50_ms[-1], stuck.p95_ms[-1]) == (5000, 5000)
 
 
 def test_ranking_over_a_window_with_hourly_series(redis_client: redis.Redis) -> None:
