@@ -50,6 +50,7 @@ class BackgroundWriter:
         self._wake = threading.Event()  # set by ``close``
         self._closing = False
         self._closed = threading.Event()
+        self._refused = False  # the last start failed (and was logged at WARNING)
         self._pid = os.getpid()  # last: another thread may check it meanwhile
 
     def _forked(self) -> bool:
@@ -61,13 +62,21 @@ class BackgroundWriter:
 
     def _start(self) -> None:
         """Start the writing thread (``_lock`` held), if it can: counting
-        never fails a lock, and the next count tries again."""
+        never fails a lock, and the next count tries again.
+
+        A refusal is logged at WARNING once, then at DEBUG until a thread
+        starts again: every count tries, and a process at its thread limit
+        would otherwise log a traceback per acquire, exactly when its logs
+        matter most."""
         thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
         try:
             thread.start()
         except RuntimeError:  # "can't start new thread"
-            logger.warning("Could not start the %s thread", self.thread_name, exc_info=True)
+            level = logging.DEBUG if self._refused else logging.WARNING
+            logger.log(level, "Could not start the %s thread", self.thread_name, exc_info=True)
+            self._refused = True
             return
+        self._refused = False
         self._thread = thread
 
     def _run(self) -> None:

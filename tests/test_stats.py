@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -355,6 +356,34 @@ def test_a_thread_that_cannot_start_never_fails_the_count(
     own.acquired(client, b"k", 60_000, 0.0)
     assert len(starts) == 2  # each count tries again
     assert own.pending(client, b"k") == (2, 0, 0)  # and nothing was lost
+
+
+def test_a_thread_that_cannot_start_is_logged_once_until_one_starts(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Every count tries to start the thread: a process at its thread limit
+    logged a WARNING with a traceback per acquire."""
+    starts = refuse_threads(monkeypatch, background)
+    own = counters.Tally()
+    client = object()
+    with caplog.at_level(logging.DEBUG, logger="django_redislock.background"):
+        for _ in range(5):
+            own.acquired(client, b"k", 60_000, 0.0)
+    assert len(starts) == 5  # each count still tries again
+    levels = [r.levelno for r in caplog.records if r.name == "django_redislock.background"]
+    assert levels == [logging.WARNING] + [logging.DEBUG] * 4
+    monkeypatch.undo()  # threads start again
+    with own._lock:
+        own._pending.clear()
+        own._start()
+        assert own._thread is not None
+        own._thread = None  # it ended (it sees it is no longer the writer and exits)
+    refuse_threads(monkeypatch, background)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="django_redislock.background"):
+        own.acquired(client, b"k", 60_000, 0.0)
+    assert [r.levelno for r in caplog.records] == [logging.WARNING]  # a new outage is told
+    own.reset()
 
 
 def test_inspect_and_json_show_counters() -> None:
