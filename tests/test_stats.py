@@ -386,6 +386,20 @@ def test_a_thread_that_cannot_start_is_logged_once_until_one_starts(
     own.reset()
 
 
+def test_inspect_shows_no_counters_once_counting_is_off() -> None:
+    """Turned off, the hash left in Redis (kept up to an hour) is stale: the
+    dashboard hides it, and so does ``locks inspect``."""
+    with Lock("switched-off"):
+        pass
+    with override_settings(REDISLOCK={"STATS": False}), Lock("switched-off"):
+        out = io.StringIO()
+        call_command("locks", "inspect", "switched-off", stdout=out)
+        data = io.StringIO()
+        call_command("locks", "inspect", "switched-off", "--json", stdout=data)
+    assert "counters: off (REDISLOCK['STATS'] is False)" in out.getvalue()
+    assert json.loads(data.getvalue())["counters"] == {}
+
+
 def test_inspect_and_json_show_counters() -> None:
     with Lock("report"):
         out = io.StringIO()

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_redislock import audit, backend, inspection
+from django_redislock.conf import get_settings
 from django_redislock.inspection import HeldInfo
 from django_redislock.ops import (
     OpsError,
@@ -224,7 +225,9 @@ class Command(BaseCommand):
     def _inspect(self, client: Any, prefix: str, options: dict[str, Any]) -> None:
         name = check_name_arg(options["name"])
         infos = inspection.describe(client, prefix, name)
-        counters = inspection.stats(client, prefix, [name])[0]
+        # off: what is left in Redis (kept up to an hour) is no longer counted
+        counting = get_settings().stats
+        counters = inspection.stats(client, prefix, [name])[0] if counting else {}
         if options.get("json"):
             data = {
                 "name": name,
@@ -250,7 +253,9 @@ class Command(BaseCommand):
                 )
             for key, value in sorted(info.extra.items()):
                 self.say(f"    {key}: {_extra(key, value)}")
-        if counters:
+        if not counting:
+            self.say("  counters: off (REDISLOCK['STATS'] is False)")
+        elif counters:
             self.say(
                 "  counters: "
                 + ", ".join(f"{k}={counters.get(k, 0)}" for k in inspection.STAT_FIELDS)
@@ -259,7 +264,7 @@ class Command(BaseCommand):
             kinds = " and ".join(sorted({f"{info.kind}s" for info in infos}))
             self.say(f"  counters: none (kept for locks only, not for {kinds})")
         else:
-            self.say("  counters: none (idle, or REDISLOCK['STATS'] is off)")
+            self.say("  counters: none (idle)")
 
     # clear ------------------------------------------------------------------------------
 
