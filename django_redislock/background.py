@@ -46,6 +46,9 @@ class BackgroundWriter:
     def reset(self) -> None:
         """No thread, in this process (a subclass forgets its tally too)."""
         self._lock = threading.Lock()
+        #: Held by a flush from taking the tally until it is written: a reader's
+        #: flush must not return while the thread's write of its counts is in flight.
+        self._flushing = threading.Lock()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()  # set by ``close``
         self._closing = False

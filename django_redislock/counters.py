@@ -103,18 +103,24 @@ class Tally(BackgroundWriter):
         """
         if self._forked():  # the parent's counts are the parent's to write
             return
-        with self._lock:
-            pending, self._pending = self._pending, {}
-        by_client: dict[int, list[list[Any]]] = {}
-        for (client_id, key), entry in pending.items():
-            by_client.setdefault(client_id, []).append([key, *entry])
-        for entries in by_client.values():
-            try:
-                _write(entries[0][1], entries, last)
-            except (*backend.BACKEND_ERRORS, TimeoutError) as exc:
-                logger.debug("Could not write %d names' lock counters: %s", len(entries), exc)
-            except Exception:  # a bug here must not stop the thread, nor reach a lock
-                logger.warning("Could not write lock counters", exc_info=True)
+        with self._flushing:  # after a write in flight: a reader then reads it
+            with self._lock:
+                pending, self._pending = self._pending, {}
+            by_client: dict[int, list[list[Any]]] = {}
+            for (client_id, key), entry in pending.items():
+                by_client.setdefault(client_id, []).append([key, *entry])
+            for entries in by_client.values():
+                _write_logged(entries, last)
+
+
+def _write_logged(entries: list[list[Any]], last: bool) -> None:
+    """One client's counts (``_write``); a failure is logged, never raised."""
+    try:
+        _write(entries[0][1], entries, last)
+    except (*backend.BACKEND_ERRORS, TimeoutError) as exc:
+        logger.debug("Could not write %d names' lock counters: %s", len(entries), exc)
+    except Exception:  # a bug here must not stop the thread, nor reach a lock
+        logger.warning("Could not write lock counters", exc_info=True)
 
 
 def _write(client: Any, entries: list[list[Any]], last: bool) -> None:

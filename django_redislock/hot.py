@@ -147,10 +147,14 @@ class Recorder(BackgroundWriter):
         see ``BackgroundWriter.flush``); what cannot be written is dropped."""
         if self._forked():  # the parent's tally is the parent's to write
             return
-        with self._lock:
-            tally, self._tally = self._tally, {}
-        if not tally:
-            return
+        with self._flushing:  # after a write in flight: a reader then reads it
+            with self._lock:
+                tally, self._tally = self._tally, {}
+            if tally:
+                self._write(tally, last)
+
+    def _write(self, tally: dict[tuple[int, str], list[int]], last: bool) -> None:
+        """One pipelined round trip; what cannot be written is dropped."""
 
         def write(client: Any) -> None:
             pipe = client.pipeline(transaction=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from typing import Any
@@ -147,6 +148,34 @@ def test_percentiles_are_bucket_bounds() -> None:
     assert hot.percentile(waits, 0.95) == 200
     assert hot.percentile(waits, 1.0) == 5000
     assert hot.percentile(Counter(), 0.5) is None
+
+
+def test_a_flush_returns_after_the_write_already_in_flight(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush while the thread's write is in flight waits for it: one that
+    found the tally already taken returned before its records were written."""
+    from redis.client import Pipeline
+
+    clock = Clock(60 * 3000.0)
+    rec = recorder(redis_client, clock)
+    execute, entered, go = Pipeline.execute, threading.Event(), threading.Event()
+
+    def slow(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+        if not entered.is_set():
+            entered.set()
+            go.wait(5)
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "execute", slow)
+    rec.lost(None, name="in-flight")
+    writer = threading.Thread(target=rec.flush)  # as the writing thread's
+    writer.start()
+    assert entered.wait(5)
+    threading.Timer(0.2, go.set).start()  # the in-flight write lands later
+    rec.flush()
+    assert redis_client.hget(hot.minute_key("redislock", 3000), "in-flight\x1flost") == b"1"
+    writer.join(5)
 
 
 def test_waits_that_timed_out_are_in_the_percentiles(redis_client: redis.Redis) -> None:

@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 import redis
@@ -384,6 +385,34 @@ def test_a_thread_that_cannot_start_is_logged_once_until_one_starts(
         own.acquired(client, b"k", 60_000, 0.0)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]  # a new outage is told
     own.reset()
+
+
+def test_a_flush_returns_after_the_write_already_in_flight(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``locks inspect`` and the dashboard flush, then read: when the writing
+    thread had just taken the tally and was still writing it, the reader's
+    flush found nothing, returned at once, and its own counts were missing."""
+    from redis.client import Pipeline
+
+    own = counters.Tally(background=False)
+    execute, entered, go = Pipeline.execute, threading.Event(), threading.Event()
+
+    def slow(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+        if not entered.is_set():
+            entered.set()
+            go.wait(5)
+        return execute(self, *args, **kwargs)
+
+    monkeypatch.setattr(Pipeline, "execute", slow)
+    own.acquired(redis_client, (STATS_KEY % "in-flight").encode(), 60_000, 0.0)
+    writer = threading.Thread(target=own.flush)  # as the writing thread's
+    writer.start()
+    assert entered.wait(5)
+    threading.Timer(0.2, go.set).start()  # the in-flight write lands later
+    own.flush()  # the reader's
+    assert redis_client.hget(STATS_KEY % "in-flight", "acquired") == b"1"
+    writer.join(5)
 
 
 def test_inspect_shows_no_counters_once_counting_is_off() -> None:
