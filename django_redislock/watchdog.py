@@ -340,25 +340,37 @@ class Watchdog:
         started = time.monotonic()
         try:
             still_ours = holding.renew()
-        except LockBackendError as exc:
-            # Report the loss no later than the lease end: if another attempt,
-            # failing up to twice as slowly as this one (a busy machine), would
-            # end past it, give up now. Early is safe: renewals stop either way.
-            now = time.monotonic()
-            if now + RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
-                self._lose(holding, f"could not reach Redis before the lease ended: {exc}")
-            else:
-                logger.warning("Lease renewal failed, retrying: %s", exc)
-                self._reschedule(holding, time.monotonic() + RETRY_DELAY)
-            return
-        except Exception:  # a bug must not kill the thread that renews every lease
-            logger.exception("Lease renewal crashed; retrying")
-            self._reschedule(holding, time.monotonic() + RETRY_DELAY)
+        except Exception as exc:  # the thread renews every lease: it must survive anything
+            self._failed(holding, started, exc)
             return
         if not still_ours:
             self._lose(holding, "the lease was gone when the watchdog renewed it")
             return
         self._reschedule(holding, _due(holding, started))
+
+    def _failed(self, holding: Renewable, started: float, exc: Exception) -> None:
+        """A renewal sent at ``started`` raised ``exc``: retry, or report the
+        loss no later than the lease end. If another attempt, failing up to
+        twice as slowly as this one (a busy machine), would end past it, give
+        up now; early is safe, renewals stop either way.
+
+        Any exception counts, not only ``LockBackendError``: one redis-py
+        does not derive from ``RedisError`` (``RedisClusterException`` from a
+        cluster it cannot reach), a client wrapper's own, a bug. Retried for
+        ever instead, the lease ran out with nobody told."""
+        now = time.monotonic()
+        if isinstance(exc, LockBackendError):
+            reason = f"could not reach Redis before the lease ended: {exc}"
+        else:
+            reason = f"could not renew before the lease ended: {exc!r}"
+        if now + RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
+            self._lose(holding, reason)
+            return
+        if isinstance(exc, LockBackendError):
+            logger.warning("Lease renewal failed, retrying: %s", exc)
+        else:
+            logger.exception("Lease renewal crashed; retrying")
+        self._reschedule(holding, time.monotonic() + RETRY_DELAY)
 
     def _reschedule(self, holding: Renewable, due: float) -> None:
         """After a renewal (from its lane): the next one is due at ``due``."""

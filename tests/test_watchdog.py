@@ -135,6 +135,45 @@ def test_lock_lost_from_the_watchdog_then_lock_lost_error_on_exit(redis_client: 
         lock_signals.lock_lost.disconnect(on_lost)
 
 
+def test_a_renewal_that_keeps_raising_another_error_is_reported_before_the_lease_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py's ``RedisClusterException`` (a cluster it cannot reach) is no
+    ``RedisError``: the watchdog took it for a bug and retried every 0.2 s
+    with no look at the lease, so the holder was told only once a retry
+    happened to be on its way after its lease end (as "no answer"), when
+    another holder may already have the lock."""
+    from redis.exceptions import RedisClusterException
+
+    from django_redislock.holding import Holding
+
+    def unreachable(self: Holding, lease: float) -> bool:
+        raise RedisClusterException("Redis Cluster cannot be connected")
+
+    lost = threading.Event()
+    told: list[float] = []
+
+    def on_lost(**kwargs: object) -> None:
+        if kwargs["name"] == "cut-off":
+            told.append(time.monotonic())
+            lost.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        with capture(lock_signals.lock_lost) as calls, pytest.raises(LockLostError):
+            with Lock("cut-off", timeout=1.0) as lock:
+                holding = lock._holding()
+                assert holding is not None
+                monkeypatch.setattr(Holding, "send_lease", unreachable)
+                assert lost.wait(10), "lock_lost never fired"
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+    # no renewal went through, so this is the end of the lease it was granted
+    assert told[0] < holding.lease_deadline
+    [call] = calls
+    assert "RedisClusterException" in str(call["reason"])
+
+
 # extend(): the new lease is the one the watchdog renews, on every primitive
 
 
