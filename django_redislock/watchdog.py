@@ -32,6 +32,7 @@ releases) what its parent holds.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -197,32 +198,42 @@ class Watchdog:
             return sum(1 for ref, _, _ in self._watched.values() if ref() is not None)
 
     def _run(self) -> None:
-        # This frame sleeps between passes, so it binds only weak references:
-        # a holding it kept in hand while waiting would never be freed, and a
-        # dropped hold would be renewed forever instead of running out.
-        idle_since: float | None = None
+        """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
+        (a logging handler's error) is logged and the next goes on: the thread
+        ended, still registered, and every lease lapsed untold."""
+        idle_since: list[float] = []  # when it last found nothing to renew
         while True:
-            if self._dropped.pending():  # outside the lock; rare: a misuse
-                self._dropped.report()
-            with self._cond:
-                now = time.monotonic()
-                if not self._watched:
-                    if idle_since is None:
-                        idle_since = now
-                    if now - idle_since >= IDLE_EXIT:
-                        self._thread = None
-                        self._wake_at = float("inf")
-                        return
-                    self._wake_at = idle_since + IDLE_EXIT
-                    self._cond.wait(self._wake_at - now)
-                    continue
-                idle_since = None
-                due = self._due_or_wait(now)
-                if not due:
-                    continue
-            for lane, job in due:
-                self._dispatch(lane, job)
-            due = []  # this frame waits next: it keeps no job (and no holding) alive
+            try:
+                if not self._pass(idle_since):
+                    return
+            except Exception:
+                with contextlib.suppress(Exception):  # that handler may raise again
+                    logger.exception("The watchdog's pass failed; going on")
+                time.sleep(RETRY_DELAY)  # never a busy loop, should it fail again
+
+    def _pass(self, idle_since: list[float]) -> bool:
+        """Report dropped holds, then send what is due or wait for it; ``False``
+        once idle (the thread unregistered). Its frame ends before the next
+        pass: the thread keeps no job, no holding, alive between passes (a
+        dropped hold would be renewed for ever instead of running out)."""
+        if self._dropped.pending():  # outside the lock; rare: a misuse
+            self._dropped.report()
+        with self._cond:
+            now = time.monotonic()
+            if not self._watched:
+                idle_since[:] = idle_since or [now]
+                if now - idle_since[0] >= IDLE_EXIT:
+                    self._thread = None
+                    self._wake_at = float("inf")
+                    return False
+                self._wake_at = idle_since[0] + IDLE_EXIT
+                self._cond.wait(self._wake_at - now)
+                return True
+            idle_since.clear()
+            due = self._due_or_wait(now)
+        for lane, job in due:
+            self._dispatch(lane, job)
+        return True
 
     def _due_or_wait(self, now: float) -> list[tuple[Hashable, _Job]]:
         """The jobs due (renewals, and reports of renewals overdue); if none

@@ -445,6 +445,34 @@ def test_an_acquire_that_no_thread_would_renew_fails_before_any_grant(
     primitive.release()
 
 
+def test_the_scheduler_goes_on_after_a_pass_that_raised() -> None:
+    """A logging handler raised while the scheduler reported a dropped hold:
+    its thread ended, still registered as running, so nothing started
+    another, and every lease of the process lapsed unrenewed and untold."""
+    import logging
+
+    raised = threading.Event()
+
+    class Failing(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if not raised.is_set():
+                raised.set()
+                raise RuntimeError("log shipping is down")
+
+    handler = Failing()
+    reports = logging.getLogger("django_redislock.watchdog")
+    reports.addHandler(handler)
+    try:
+        Lock("dropped", timeout=1.0).acquire()  # nobody keeps the handle: reported
+        assert raised.wait(5), "the dropped hold was never reported"
+        with capture(lock_signals.lock_lost) as lost, Lock("renewed", timeout=1.0) as lock:
+            time.sleep(3.0)  # the subject: three leases, each renewed in time
+            assert lock.owned()
+        assert not lost
+    finally:
+        reports.removeHandler(handler)
+
+
 def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
