@@ -52,7 +52,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from .conf import generation
-from .daemons import DaemonPool
+from .daemons import ServerPools
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -225,25 +225,26 @@ class Siblings:
 siblings = Siblings()
 
 
-#: Worker threads for commands on pools without a plain sibling: a command that
-#: hangs keeps its worker until its socket timeout, so there are several.
+#: Worker threads per server for commands on pools without a plain sibling: a
+#: command that hangs keeps its worker until its socket timeout, so there are several.
 MAX_WORKERS = 16
 
 
-class Workers(DaemonPool):
+class Workers(ServerPools):
     """Run a command on a worker thread and wait for it at most ``seconds``.
 
-    For pools with no plain sibling. The workers are daemon threads
-    (``daemons``): one left waiting on a hung Redis must not hold up the
-    process's exit. The child of a ``fork()`` starts with none.
+    For pools with no plain sibling. Daemon threads (``daemons``): one left
+    waiting on a hung Redis must not hold up the process's exit. Each server
+    has workers of its own (``ServerPools``). The child of a ``fork()``
+    starts with none.
     """
 
     def __init__(self) -> None:
-        super().__init__(MAX_WORKERS, "django-redislock-bounded")
+        super().__init__(MAX_WORKERS, "django-redislock-bounded", MAX_SIBLINGS)
 
-    def call(self, seconds: float, func: Callable[..., T], *args: Any) -> T:
+    def call(self, seconds: float, func: Callable[..., T], *args: Any, server: object = None) -> T:
         """``func(*args)``; ``Abandoned`` when it has not answered in ``seconds``."""
-        future = self.submit(func, *args)
+        future = self.submit(func, *args, server=server)
         try:
             return future.result(timeout=seconds)
         except concurrent.futures.TimeoutError as exc:
@@ -285,7 +286,7 @@ def within(client: Any, seconds: float, func: Callable[[Any], T], *, here: bool 
         return func(bound.client)
     if here:
         return func(client)
-    return workers.call(bound.seconds, func, client)
+    return workers.call(bound.seconds, func, client, server=client)
 
 
 #: A clean-up: the client, the call, until when to try, the command it must follow.

@@ -10,8 +10,9 @@ sending (its attempt's clean-up, ``bounds.Janitor``, was the server's to
 receive anyway).
 
 Workers start on demand up to ``max_workers`` and exit after ``idle_exit``
-seconds without work. A child of ``fork()`` starts with none (the parent's
-threads, and a lock one of them held, are not in the child).
+seconds without work; ``ServerPools`` keeps such a pool per server. A child
+of ``fork()`` starts with none (the parent's threads, and a lock one of them
+held, are not in the child).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import collections
 import concurrent.futures
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -103,3 +105,56 @@ class DaemonPool:
                 else:
                     future.set_result(result)
             del future, func, args
+
+
+class ServerPools:
+    """A ``DaemonPool`` per server (``server=``: the client a call goes to).
+
+    One pool for every server let one that hangs keep all its workers, each
+    on a call with no socket timeout to end it, and every call to the healthy
+    servers then waited behind them. Servers are held weakly: a client
+    replaced by new settings is not kept open. A forked child starts with none.
+    """
+
+    def __init__(self, max_workers: int, name: str, max_servers: int) -> None:
+        self.max_workers = max_workers
+        self.name = name
+        self.max_servers = max_servers
+        self.reset()
+
+    def reset(self) -> None:
+        """No pools: new, or a forked child's."""
+        self._mutex = threading.Lock()
+        self._pools: dict[int, tuple[Callable[[], object], DaemonPool]] = {}
+        self._pid = os.getpid()  # last: another thread may check it meanwhile
+
+    def submit(
+        self, func: Callable[..., T], *args: Any, server: object = None
+    ) -> concurrent.futures.Future[T]:
+        """Queue ``func(*args)`` on ``server``'s pool (``DaemonPool.submit``)."""
+        if self._pid != os.getpid():  # forked without the hooks (os.fork from C)
+            self.reset()
+        with self._mutex:
+            found = self._pools.get(id(server))
+            if found is None or found[0]() is not server:
+                if len(self._pools) >= self.max_servers:  # clients replaced by new settings
+                    self._pools = {}
+                found = self._pools[id(server)] = (
+                    _weak(server),
+                    DaemonPool(self.max_workers, self.name),
+                )
+        return found[1].submit(func, *args)
+
+    def workers(self) -> int:
+        """Worker threads alive or starting, for every server."""
+        with self._mutex:
+            pools = [pool for _, pool in self._pools.values()]
+        return sum(pool.workers() for pool in pools)
+
+
+def _weak(server: object) -> Callable[[], object]:
+    """A weak reference to ``server``; a strong one to what has none (``None``)."""
+    try:
+        return weakref.ref(server)
+    except TypeError:
+        return lambda: server

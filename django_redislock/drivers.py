@@ -126,15 +126,16 @@ async def _bounded(run: Awaitable[T], seconds: float) -> T:
     return await asyncio.wait_for(run, seconds)
 
 
-async def in_thread(func: Callable[..., T], *args: Any) -> T:
-    """``asyncio.to_thread`` on the bounded commands' daemon workers (not
-    joined at exit), except when cancelled: the ``CancelledError``
+async def in_thread(func: Callable[..., T], server: Any, *args: Any) -> T:
+    """``asyncio.to_thread(func, server, *args)`` on ``server``'s bounded
+    commands' daemon workers (not joined at exit), except when cancelled: the ``CancelledError``
     then carries ``after``, the command's future while it may still reach
     Redis (``None`` when it never started, or ended). The attempt's clean-up
     follows it (``bounds.Janitor``): sent at once on another connection, it
     could reach Redis first, find nothing to undo, and the late acquire would
     leave the name held by nobody for its whole lease."""
-    future = bounds.workers.submit(contextvars.copy_context().run, func, *args)
+    run = contextvars.copy_context().run
+    future = bounds.workers.submit(run, func, server, *args, server=server)
     return await follow(asyncio.wrap_future(future), future)
 
 
@@ -208,7 +209,8 @@ def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
         if bound is not None and bound.client is None:  # no sibling: a worker thread
             func, args = _sync_call(step, client, bound)
             # the caller's context: a tracer's span of the command keeps its parent
-            return bounds.workers.call(bound.seconds, contextvars.copy_context().run, func, *args)
+            run = contextvars.copy_context().run
+            return bounds.workers.call(bound.seconds, run, func, *args, server=client)
         func, args = _sync_call(step, client if bound is None else bound.client, bound)
         return func(*args)
     except _TIMEOUTS as exc:
@@ -249,7 +251,9 @@ async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float)
     run: Awaitable[Any]
     if bound is not None and conn.aio is None:
         func, args = _sync_call(step, conn.sync, bound)
-        future = bounds.workers.submit(contextvars.copy_context().run, func, *args)
+        future = bounds.workers.submit(
+            contextvars.copy_context().run, func, *args, server=conn.sync
+        )
         run = _within(step, conn, asyncio.wrap_future(future), bound.seconds, future)
     else:
         if isinstance(step, Call):

@@ -339,3 +339,43 @@ def test_single_run_on_a_paused_redis_is_a_failed_run_not_already_running(
         paused.resume()
     assert info.value.returncode == 1
     assert isinstance(info.value.__cause__, LockBackendTimeout)
+
+
+def test_a_paused_server_holding_every_worker_delays_no_acquire_elsewhere(
+    paused: Pausable, redis_server_factory: Callable[..., RedisServer]
+) -> None:
+    """Commands on pools with no sibling (Sentinel, Cluster, a pool class of
+    one's own) run on worker threads; one left on a paused server with no
+    socket timeout keeps its worker. The workers were one set for every
+    server: once a paused server held them all, every bounded acquire on
+    the healthy ones timed out too (and an async fallback's commands,
+    releases included, queued behind them for as long)."""
+    healthy = redis_server_factory()
+    options = {"SOCKET_TIMEOUT": None, "CONNECTION_POOL_CLASS": f"{__name__}.OwnPool"}
+    caches = {
+        "default": redis_cache(paused.server.url, **options),
+        "healthy": redis_cache(healthy.url, **options),
+    }
+    with override_settings(CACHES=caches):
+        for alias in caches:  # a pooled connection each, the scripts loaded
+            with Lock(NAME, timeout=LEASE, using=alias, blocking_timeout=BUDGET):
+                pass
+        paused.pause()
+        errors: list[BaseException] = []
+
+        def stuck() -> None:
+            try:
+                Lock(NAME, timeout=LEASE, blocking_timeout=BUDGET).acquire()
+            except LockBackendError as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=stuck) for _ in range(bounds.MAX_WORKERS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert len(errors) == bounds.MAX_WORKERS  # each left its worker on the paused server
+        elsewhere = Lock("elsewhere", timeout=LEASE, using="healthy", blocking_timeout=BUDGET)
+        assert elsewhere.acquire(), "the healthy server's acquire waited on the paused one"
+        elsewhere.release()
+        paused.resume()
