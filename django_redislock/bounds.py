@@ -371,11 +371,13 @@ class Janitor:
 
     @staticmethod
     def _deliver(client: Any, call: Call) -> bool:
-        bound = siblings.get(client, CLEANUP_TIMEOUT)
-        target = bound.client if bound is not None and bound.client is not None else client
+        """One try, bounded like a background write (``within``): sent on the
+        client itself where it has no sibling, one stuck on a hung server
+        with no socket timeout kept every later clean-up, for every server,
+        waiting as long."""
         try:
-            call.script(target, call.keys, call.args)
-        except (redis.RedisError, OSError) as exc:
+            within(client, CLEANUP_TIMEOUT, lambda on: call.script(on, call.keys, call.args))
+        except (redis.RedisError, OSError) as exc:  # Abandoned is a TimeoutError (OSError)
             logger.debug("Clean-up %r not delivered yet: %s", call.script, exc)
             return False
         return True

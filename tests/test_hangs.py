@@ -379,3 +379,37 @@ def test_a_paused_server_holding_every_worker_delays_no_acquire_elsewhere(
         assert elsewhere.acquire(), "the healthy server's acquire waited on the paused one"
         elsewhere.release()
         paused.resume()
+
+
+def test_a_clean_up_for_a_paused_server_delays_none_for_another(
+    paused: Pausable, redis_server_factory: Callable[..., RedisServer]
+) -> None:
+    """The janitor sends clean-ups one after another; on a pool with no
+    sibling it sent them on the cache's own client, which with no socket
+    timeout waited on a paused server for as long as it stayed paused, and
+    no clean-up for any other server was sent meanwhile."""
+    from django_redislock.protocol import Call
+
+    healthy = redis_server_factory()
+    options = {"SOCKET_TIMEOUT": None, "CONNECTION_POOL_CLASS": f"{__name__}.OwnPool"}
+    caches = {
+        "default": redis_cache(paused.server.url, **options),
+        "healthy": redis_cache(healthy.url, **options),
+    }
+    delivered = threading.Event()
+
+    def ping(client: Any, keys: Any, args: Any) -> None:
+        client.ping()
+
+    def ping_and_tell(client: Any, keys: Any, args: Any) -> None:
+        client.ping()
+        delivered.set()
+
+    with override_settings(CACHES=caches):
+        stuck, elsewhere = backend.get_client("default"), backend.get_client("healthy")
+        stuck.ping()  # a pooled connection, to the server about to be paused
+        paused.pause()
+        bounds.janitor.submit(stuck, Call(ping, [], []))
+        bounds.janitor.submit(elsewhere, Call(ping_and_tell, [], []))
+        assert delivered.wait(10), "the other server's clean-up waited on the paused one"
+        paused.resume()
