@@ -258,14 +258,16 @@ class Holding:
             if not self.active or self.lost is not None:
                 return
             self.lost = reason
-        logger.warning(
-            "Lost the lease of %s %r held by %s for %.3f s: %s",
-            self.kind,
-            self.name,
-            self.holder,
-            time.monotonic() - self.acquired_at,
-            reason,
-        )
+        # A logging handler that raises must not keep the holder from being told.
+        with contextlib.suppress(Exception):
+            logger.warning(
+                "Lost the lease of %s %r held by %s for %.3f s: %s",
+                self.kind,
+                self.name,
+                self.holder,
+                time.monotonic() - self.acquired_at,
+                reason,
+            )
         self._count_lost()
         signals.notify(
             signals.lock_lost,

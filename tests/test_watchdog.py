@@ -473,6 +473,34 @@ def test_the_scheduler_goes_on_after_a_pass_that_raised() -> None:
         reports.removeHandler(handler)
 
 
+def test_a_loss_is_told_when_logging_it_raises(redis_client: Any) -> None:
+    """The WARNING came first: a logging handler that raised on it kept
+    ``lock_lost`` from being sent at all."""
+    import logging
+
+    class Failing(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            raise RuntimeError("log shipping is down")
+
+    lost = threading.Event()
+
+    def on_lost(**kwargs: object) -> None:
+        if kwargs["name"] == "told":
+            lost.set()
+
+    handler = Failing()
+    losses = logging.getLogger("django_redislock.holding")
+    losses.addHandler(handler)
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        with pytest.raises(LockLostError), Lock("told", timeout=0.6):
+            redis_client.delete("redislock:{told}:lock")
+            assert lost.wait(5), "lock_lost never fired"
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+        losses.removeHandler(handler)
+
+
 def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
