@@ -23,7 +23,7 @@ import redis.cluster
 import redis.connection
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import RedisError
+from redis.exceptions import RedisClusterException, RedisError
 
 from .conf import generation
 from .exceptions import LockBackendError, LockBackendTimeout
@@ -196,8 +196,10 @@ def wait_chunk(client: Any) -> float:
     return max(MIN_WAIT_CHUNK, min(MAX_WAIT_CHUNK, float(socket_timeout) * SOCKET_TIMEOUT_SHARE))
 
 
-#: What redis-py and the socket layer raise when Redis fails or is unreachable.
-BACKEND_ERRORS = (RedisError, OSError)
+#: What redis-py and the socket layer raise when Redis fails or is unreachable
+#: (a Redis Cluster none of whose nodes answers raises ``RedisClusterException``,
+#: which is no ``RedisError``).
+BACKEND_ERRORS = (RedisError, RedisClusterException, OSError)
 
 
 def backend_error(name: str, exc: BaseException) -> LockBackendError:

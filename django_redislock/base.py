@@ -186,10 +186,12 @@ class Primitive(signals.Announcer, Options):
         return get_settings()
 
     def _client(self, settings: LockSettings) -> Any:
-        return backend.get_client(self.using or settings.cache)
+        with backend.translate_errors(self.name):  # a cluster client connects when built
+            return backend.get_client(self.using or settings.cache)
 
     def _client_and_chunk(self, settings: LockSettings) -> tuple[Any, float]:
-        return backend.get_client_and_chunk(self.using or settings.cache)
+        with backend.translate_errors(self.name):
+            return backend.get_client_and_chunk(self.using or settings.cache)
 
     def _prefix(self, settings: LockSettings) -> str:
         """The key prefix of this primitive's cache alias (``backend.namespace``)."""

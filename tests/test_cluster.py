@@ -275,3 +275,24 @@ def test_a_bad_cluster_kwargs_gets_a_hint_about_cluster_kwargs() -> None:
     assert len(found) == 1
     assert "CLUSTER_KWARGS" in found[0].msg and "CLUSTER_KWARGS" in str(found[0].hint)
     assert "LOCATION" not in str(found[0].hint)
+
+
+def test_a_cluster_no_node_of_which_answers_is_a_backend_error() -> None:
+    """redis-py raises ``RedisClusterException`` (no ``RedisError``) when it
+    cannot reach any startup node: the primitives' error is ``LockBackendError``
+    all the same, as for any Redis that cannot be reached."""
+    from django_redislock import LockBackendError
+    from tests.servers import free_port
+
+    caches = {
+        "default": cluster_cache(
+            [f"redis://127.0.0.1:{free_port()}"], SOCKET_TIMEOUT=0.5, SOCKET_CONNECT_TIMEOUT=0.5
+        )
+    }
+    with override_settings(CACHES=caches):
+        with pytest.raises(LockBackendError, match="unreachable for lock 'nowhere'"):
+            Lock("nowhere", blocking_timeout=1).acquire()
+        with pytest.raises(LockBackendError):
+            Lock("nowhere").locked()
+        with pytest.raises(LockBackendError):
+            asyncio.run(AsyncLock("nowhere", blocking_timeout=1).acquire())
