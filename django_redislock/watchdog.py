@@ -365,10 +365,9 @@ class Watchdog:
         twice as slowly as this one (a busy machine), would end past it, give
         up now; early is safe, renewals stop either way.
 
-        Any exception counts, not only ``LockBackendError``: one redis-py
-        does not derive from ``RedisError`` (``RedisClusterException`` from a
-        cluster it cannot reach), a client wrapper's own, a bug. Retried for
-        ever instead, the lease ran out with nobody told."""
+        Any exception counts, not only ``LockBackendError`` (a client
+        wrapper's own, a bug): retried for ever instead, the lease ran out
+        with nobody told."""
         now = time.monotonic()
         if isinstance(exc, LockBackendError):
             reason = f"could not reach Redis before the lease ended: {exc}"
