@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -46,9 +47,7 @@ class BackgroundWriter:
     def reset(self) -> None:
         """No thread, in this process (a subclass forgets its tally too)."""
         self._lock = threading.Lock()
-        #: Held by a flush from taking the tally until it is written: a reader's
-        #: flush must not return while the thread's write of its counts is in flight.
-        self._flushing = threading.Lock()
+        self._flushing = threading.Lock()  # see ``flush``
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()  # set by ``close``
         self._closing = False
@@ -109,7 +108,25 @@ class BackgroundWriter:
 
     def flush(self, *, last: bool = False) -> None:
         """Write what is pending; ``last``: from the writing thread at exit,
-        which bounds nothing itself (``close`` stops waiting for it)."""
+        which bounds nothing itself (``close`` stops waiting for it).
+
+        Flushes follow each other (``_flushing``): a reader's flush (``locks
+        inspect``, the dashboard) that came while the thread wrote what it
+        had just taken returned at once, and the read after it missed them."""
+        if self._forked():  # the parent's tally is the parent's to write
+            return
+        with self._flushing:
+            with self._lock:
+                taken = self._take()
+            if taken:
+                self._write(taken, last)
+
+    def _take(self) -> Any:
+        """What is pending, now the caller's to write; forgotten here (under ``_lock``)."""
+        raise NotImplementedError
+
+    def _write(self, taken: Any, last: bool) -> None:
+        """Write ``taken`` (``_take``), best effort: never raises."""
         raise NotImplementedError
 
     def close(self) -> None:

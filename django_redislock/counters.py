@@ -93,24 +93,22 @@ class Tally(BackgroundWriter):
     def _idle(self) -> bool:
         return not self._pending
 
-    def flush(self, *, last: bool = False) -> None:
-        """Write what is pending, one pipeline per client, each within
-        ``WRITE_TIMEOUT`` (``last``: see ``BackgroundWriter.flush``); best effort.
+    def _take(self) -> dict[tuple[int, bytes], list[Any]]:
+        pending, self._pending = self._pending, {}
+        return pending
+
+    def _write(self, taken: dict[tuple[int, bytes], list[Any]], last: bool) -> None:
+        """One pipeline per client, each within ``WRITE_TIMEOUT``; best effort.
 
         Counts that cannot be written (Redis unreachable or hung) are dropped,
         not retried: they are statistics, and a backlog must not grow while
         Redis is away.
         """
-        if self._forked():  # the parent's counts are the parent's to write
-            return
-        with self._flushing:  # after a write in flight: a reader then reads it
-            with self._lock:
-                pending, self._pending = self._pending, {}
-            by_client: dict[int, list[list[Any]]] = {}
-            for (client_id, key), entry in pending.items():
-                by_client.setdefault(client_id, []).append([key, *entry])
-            for entries in by_client.values():
-                _write_logged(entries, last)
+        by_client: dict[int, list[list[Any]]] = {}
+        for (client_id, key), entry in taken.items():
+            by_client.setdefault(client_id, []).append([key, *entry])
+        for entries in by_client.values():
+            _write_logged(entries, last)
 
 
 def _write_logged(entries: list[list[Any]], last: bool) -> None:

@@ -141,29 +141,23 @@ class Recorder(BackgroundWriter):
     def lost(self, sender: Any, name: str, **_: Any) -> None:
         self._record(name, ((_LOST, 1),))
 
-    def flush(self, *, last: bool = False) -> None:
-        """Write the tally, within ``counters.WRITE_TIMEOUT`` (a hung Redis
-        must not hold a process's exit up for its socket timeout; ``last``:
-        see ``BackgroundWriter.flush``); what cannot be written is dropped."""
-        if self._forked():  # the parent's tally is the parent's to write
-            return
-        with self._flushing:  # after a write in flight: a reader then reads it
-            with self._lock:
-                tally, self._tally = self._tally, {}
-            if tally:
-                self._write(tally, last)
+    def _take(self) -> dict[tuple[int, str], list[int]]:
+        tally, self._tally = self._tally, {}
+        return tally
 
-    def _write(self, tally: dict[tuple[int, str], list[int]], last: bool) -> None:
-        """One pipelined round trip; what cannot be written is dropped."""
+    def _write(self, taken: dict[tuple[int, str], list[int]], last: bool) -> None:
+        """One pipelined round trip, within ``counters.WRITE_TIMEOUT`` (a hung
+        Redis must not hold a process's exit up for its socket timeout);
+        what cannot be written is dropped."""
 
         def write(client: Any) -> None:
             pipe = client.pipeline(transaction=False)
-            for (minute, name), counts in tally.items():
+            for (minute, name), counts in taken.items():
                 key = minute_key(prefix, minute)
                 for field_name, n in zip(FIELDS, counts, strict=True):
                     if n:
                         pipe.hincrby(key, f"{name}{SEP}{field_name}", n)
-            for minute in {minute for minute, _ in tally}:
+            for minute in {minute for minute, _ in taken}:
                 pipe.expire(minute_key(prefix, minute), KEEP_SECONDS)
             pipe.execute()
 
