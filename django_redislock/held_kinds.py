@@ -200,10 +200,7 @@ class LockKind:
 
         def args_of(chunk: Sequence[str]) -> list[str]:
             return CLEAR_LOCK.args_of_each(
-                {
-                    "sigprefix": backend.key(prefix, name, "signal:"),
-                    "confirmed": confirmed_tokens(None if confirmed is None else confirmed[name]),
-                }
+                {"confirmed": confirmed_tokens(None if confirmed is None else confirmed[name])}
                 for name in chunk
             )
 

@@ -67,8 +67,8 @@ def test_a_per_name_script_takes_each_names_keys_and_args_in_turn() -> None:
     clear = scripts.CLEAR_LOCK
     names = [{"lock": f"l{i}", "queue": f"q{i}", "deadlines": f"d{i}", "x": 0} for i in (1, 2)]
     assert clear.keys_of_each(names) == ["l1", "q1", "d1", "l2", "q2", "d2"]
-    args = [{"sigprefix": "s1", "confirmed": "*"}, {"sigprefix": "s2", "confirmed": "t"}]
-    assert clear.args_of_each(args) == ["s1", "*", "s2", "t"]
+    args = [{"confirmed": "*"}, {"confirmed": "t"}]
+    assert clear.args_of_each(args) == ["*", "t"]
     with pytest.raises(TypeError, match="deadlines"):
         clear.keys_of_each([{"lock": "l", "queue": "q"}])
 

@@ -203,7 +203,7 @@ REDLOCK_FENCE = Script("redlock_fence.lua", keys=("lock", "fence"), args=("token
 CLEAR_LOCK = Script(
     "clear_lock.lua",
     keys=("lock", "queue", "deadlines"),
-    args=("sigprefix", "confirmed"),
+    args=("confirmed",),
     per_name=True,
 )
 INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False, keys=("lock",), per_name=True)

@@ -4,12 +4,12 @@
 -- which find the lease gone (LockLostError, lock_lost).
 -- Per name: these KEYS and ARGV for the first name, then the next name's, so
 -- the i-th name (1-based) has KEYS[3i-2] lock, KEYS[3i-1] queue, KEYS[3i]
--- deadlines, ARGV[2i-1] sigprefix and ARGV[2i] confirmed.
+-- deadlines and ARGV[i] confirmed. Its signal lists' prefix is derived from
+-- its lock key (signal_prefix in _lock_value.lua), as the other Lock scripts do.
 -- KEYS[1] lock
 -- KEYS[2] queue
 -- KEYS[3] deadlines
--- ARGV[1] sigprefix  its signal lists' prefix
--- ARGV[2] confirmed  '*': whoever holds it; else the token of the holder the
+-- ARGV[1] confirmed  '*': whoever holds it; else the token of the holder the
 --                    operator confirmed ('' for a value this version cannot
 --                    read), and the lock is cleared only if that holder still
 --                    holds it: checked here, in the clear, so a lock that
@@ -41,7 +41,7 @@ local out = {}
 local now_ms
 for i = 1, #KEYS / 3 do
   local lock, queue, deadlines = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local sigprefix, confirmed = ARGV[2 * i - 1], ARGV[2 * i]
+  local confirmed = ARGV[i]
   local found = true
   if confirmed ~= '*' then
     local value = redis.pcall('GET', lock)
@@ -55,7 +55,7 @@ for i = 1, #KEYS / 3 do
     out[i] = redis.call('DEL', lock)
     if redis.call('EXISTS', queue) == 1 then
       now_ms = now_ms or server_time()
-      wake_head(queue, deadlines, sigprefix, now_ms)
+      wake_head(queue, deadlines, signal_prefix(lock), now_ms)
     end
   end
 end
