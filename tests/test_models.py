@@ -454,3 +454,36 @@ def test_a_transaction_that_can_only_roll_back_takes_no_lock() -> None:
             Item.deduct_many({item: 1})
         assert not lock_of(item).locked()
     assert stock(item) == 5
+
+
+def test_the_documented_buy_view_answers_200_409_and_423(other_thread: OtherThread) -> None:
+    """docs/inventory.md's ``buy`` view, run from the page with the suite's ``Item``
+    as its ``SKU``: what is left, 409 when sold out, 423 with a whole-second
+    ``Retry-After`` when the item's lock is held elsewhere."""
+    import re
+    from pathlib import Path
+
+    from django.test import RequestFactory, override_settings
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "inventory.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    [code] = [block for block in blocks if "def buy(" in block]
+    namespace: dict[str, Any] = {"SKU": Item}
+    exec(compile(code, str(page), "exec"), namespace)
+
+    def buy(item: Item) -> Any:
+        return namespace["buy"](RequestFactory().post(f"/buy/{item.pk}/"), pk=item.pk)
+
+    item = Item.objects.create(stock=1)
+    assert buy(item).content == b'{"left": 0}'
+    sold_out = buy(item)
+    assert sold_out.status_code == 409 and sold_out.content == b'{"detail": "Only 0 left."}'
+    holder = Lock(Item.inventory_lock_name(item.pk), timeout=20)
+    other_thread(holder.acquire)
+    try:
+        with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": 0.1}):
+            busy = buy(item)
+    finally:
+        other_thread(holder.release)
+    assert busy.status_code == 423
+    assert 1 <= int(busy["Retry-After"]) <= 20
