@@ -1,9 +1,11 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -13,7 +15,9 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from django_redislock import Lock, LockBackendError, LockTimeout, require_lock
+from django_redislock import signals as lock_signals
 from tests.holders import OtherThread
+from tests.signals_helper import capture
 
 
 @pytest.fixture(autouse=True)
@@ -698,3 +702,38 @@ def test_method_decorator_with_a_list_of_decorators() -> None:
     request.user = SimpleNamespace(is_authenticated=True, pk=7)
     assert Orders.as_view()(request, pk=9).status_code == 200
     assert seen == [True]
+
+
+def test_the_documented_one_checkout_per_user_recipe(other_thread: OtherThread) -> None:
+    """docs/decorators.md's ``checkout``, run from the page: an anonymous request
+    goes to the login page without a lock; a user's second request is refused
+    at once while the first holds the lock, and other users are not."""
+    from django.contrib.auth.models import AnonymousUser
+
+    page = Path(__file__).resolve().parent.parent / "docs" / "decorators.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    [code] = [block for block in blocks if "def checkout" in block]
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(page), "exec"), namespace)
+    checkout = namespace["checkout"]
+
+    def post(user: Any) -> Any:
+        request = RequestFactory().post("/checkout/")
+        request.user = user
+        return checkout(request)
+
+    with capture(lock_signals.lock_acquired) as calls:
+        anonymous = post(AnonymousUser())
+    assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
+    assert calls == []
+    first = Lock("checkout:7", timeout=20)
+    other_thread(first.acquire)  # the user's first checkout, still running
+    try:
+        started = time.monotonic()
+        second = post(SimpleNamespace(is_authenticated=True, pk=7))
+        assert second.status_code == 423
+        assert time.monotonic() - started < 2  # blocking_timeout=0: no wait
+        assert post(SimpleNamespace(is_authenticated=True, pk=8)).status_code == 200
+    finally:
+        other_thread(first.release)
+    assert post(SimpleNamespace(is_authenticated=True, pk=7)).content == b"ordered\n"
