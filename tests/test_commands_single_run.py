@@ -15,6 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 
 from django_redislock import ALREADY_RUNNING, Lock, single_run
+from tests.holders import OtherThread
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -184,3 +185,41 @@ def test_the_retry_hint_is_never_zero_seconds(other_thread: Any) -> None:
     assert other_thread(held.acquire)
     with pytest.raises(CommandError, match=r"retry in about 1 s\.$"):
         call_command(Short())
+
+
+def test_the_documented_once_per_period_command_runs_once_per_day(
+    other_thread: OtherThread,
+) -> None:
+    """docs/commands.md's last command, run from the page: a second run of the
+    same day, after the first ended, sends nothing; another day sends."""
+    import datetime
+    import re
+
+    from django.core.cache import cache
+
+    page = ROOT / "docs" / "commands.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"), re.S)
+    [code] = [block for block in blocks if "reminders-sent" in block]
+    code, sends = re.subn(r"\.\.\. +# send them", "sent.append(options['day'])", code)
+    assert sends == 1
+    sent: list[str] = []
+    namespace: dict[str, Any] = {"__name__": "shop.management.commands.remind", "sent": sent}
+    exec(compile(code, str(page), "exec"), namespace)
+    command = namespace["Command"]
+    today = datetime.date.today().isoformat()
+    try:
+        call_command(command())
+        call_command(command())  # another host's cron, after the first run ended
+        call_command(command(), day="2000-01-01")
+        assert sent == [today, "2000-01-01"]
+        assert not Lock(f"reminders:{today}").locked()
+        elsewhere = Lock(f"reminders:{today}")
+        other_thread(elsewhere.acquire)  # a run still going on another host...
+        try:
+            with pytest.raises(CommandError) as running:
+                call_command(command())
+        finally:
+            other_thread(elsewhere.release)
+        assert running.value.returncode == ALREADY_RUNNING  # ...makes the next one a skip
+    finally:
+        cache.delete_many([f"reminders-sent:{today}", "reminders-sent:2000-01-01"])
