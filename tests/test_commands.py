@@ -138,6 +138,15 @@ def test_clear_literal_name_with_glob_characters(redis_client: redis.Redis) -> N
     other.release()
 
 
+def test_clear_noinput_says_it_is_releasing_not_asking() -> None:
+    lock = Lock("gone", auto_renew=False)
+    lock.acquire()
+    out, _ = run("clear", "gone", "--noinput")
+    assert "Releasing 1 held primitive(s):" in out
+    assert "This will release" not in out
+    assert not lock.owned()
+
+
 def test_clear_asks_for_confirmation() -> None:
     lock = Lock("keep", auto_renew=False)
     lock.acquire()

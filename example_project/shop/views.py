@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import math
 import re
 import time
 
@@ -53,7 +54,7 @@ def buy(request: HttpRequest, pk: int) -> HttpResponse:
         outcome = load.SOLD_OUT
     except LockTimeout as exc:  # the payment provider stayed busy: try again shortly
         response = HttpResponse("The payment provider is busy; try again.", status=503)
-        response["Retry-After"] = str(max(1, round(exc.retry_after or 1)))
+        response["Retry-After"] = str(max(1, math.ceil(exc.retry_after or 1)))
         return response
     else:
         messages.success(request, f"Bought one {sku.title}; {sku.stock} left.")

@@ -295,7 +295,8 @@ class Command(BaseCommand):
             return
         interactive = options.get("interactive", True)
         if interactive or self.verbosity > 0:  # asking needs the list, whatever -v says
-            self.stdout.write(f"This will release {len(targets)} held primitive(s):")
+            head = "This will release" if interactive else "Releasing"
+            self.stdout.write(f"{head} {len(targets)} held primitive(s):")
             for info in targets[:50]:
                 self.stdout.write(f"  {info.kind} {info.name} ({len(info.holders)} holder(s))")
             if len(targets) > 50:
