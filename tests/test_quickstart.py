@@ -157,3 +157,48 @@ def test_a_lock_block_inside_a_transaction_ends_before_the_commit() -> None:
         with Lock("account:1"):
             pass
         assert not Lock("account:1").locked()  # the next holder may read the old row
+
+
+def async_recipe() -> types.ModuleType:
+    """The page's async block, as a module."""
+    text = PAGE.read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    [code] = [code for code in blocks if "AsyncLock" in code]
+    module = types.ModuleType("quickstart_async")
+    exec(compile(code, str(PAGE), "exec"), module.__dict__)
+    return module
+
+
+def test_the_async_views_answer_200_and_423_while_held() -> None:
+    import asyncio
+
+    from django.test import RequestFactory
+
+    from django_redislock import Lock
+
+    recipe = async_recipe()
+    request = RequestFactory().get("/")
+    views = (recipe.buy_async, recipe.buy_async_by_hand)
+    for view in views:
+        assert asyncio.run(view(request, pk=7)).content == b"bought\n"
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with Lock("sku:7"):
+            held.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(30)
+        with override_settings(REDISLOCK={"BLOCKING_TIMEOUT": 0.2}):
+            busy = asyncio.run(recipe.buy_async(request, pk=7))
+        assert busy.status_code == 423 and int(busy["Retry-After"]) >= 1
+        real = recipe.AsyncLock  # the page waits 5 s: shorter here
+        recipe.AsyncLock = lambda name, **kw: real(name, **{**kw, "blocking_timeout": 0.2})
+        busy = asyncio.run(recipe.buy_async_by_hand(request, pk=7))
+        assert busy.status_code == 423 and int(busy["Retry-After"]) >= 1
+    finally:
+        done.set()
+        holder.join(30)
