@@ -9,6 +9,7 @@ always clean up.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
@@ -53,13 +54,20 @@ def server_binary(kind: str = SERVER_KIND) -> str | None:
 REDIS_SERVER = server_binary() if SERVER_KIND in SERVER_KINDS else None
 
 
+#: Ports ``free_port`` handed out lately in this process: a port nothing
+#: bound yet is free again at once, and the kernel may hand it out twice in a
+#: row (two "distinct" servers, or a cluster node and its bus, on one port).
+_HANDED_OUT: collections.deque[int] = collections.deque(maxlen=256)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    if port == 6379:  # never the shared default
-        return free_port()
-    return int(port)
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port != 6379 and port not in _HANDED_OUT:  # never the shared default
+            _HANDED_OUT.append(port)
+            return port
 
 
 def forget_pools(port: int) -> None:

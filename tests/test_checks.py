@@ -26,7 +26,8 @@ class SubclassedRedisCache(RedisCache):
 
 def caches(**extra: dict[str, Any]) -> dict[str, Any]:
     # Unreachable ports: checks must never connect to Redis. One server per
-    # alias, as REDLOCK needs (E023).
+    # alias, as REDLOCK needs (E023): free_port never hands out one port twice
+    # in a row.
     def url() -> str:
         return f"redis://127.0.0.1:{free_port()}/0"
 
