@@ -235,7 +235,8 @@ def test_a_dropped_hold_stops_renewal_and_is_forgotten(
     assert record.threadName in {threading.current_thread().name, SCHEDULER_THREAD}
     message = record.getMessage()
     assert "lock 'dropped' held by " in message
-    assert re.search(r"frees it within (29|30)\.\d s", message), message
+    # what is left of the 30 s lease: under 30 s, and not much under on a busy machine
+    assert re.search(r"frees it within (2[0-9]|30)\.\d s", message), message
 
 
 def test_a_thread_that_ends_holding_is_reported_by_the_watchdog(
