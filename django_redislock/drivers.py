@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from . import async_clients, backend, bounds, fanout
-from .daemons import DaemonPool
+from .daemons import ServerPools
 from .protocol import Call, Pause, QuorumStep, Step
 
 if TYPE_CHECKING:
@@ -35,15 +35,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: Threads for the worker-thread fallback's waits and reads
+#: Threads per server for the worker-thread fallback's waits and reads
 #: (``AsyncConnection.call``), never the loop's default executor: each waiter
 #: holds one for up to its wait chunk, and a handful of waiters would stall
 #: whatever else the site runs there (``asyncio.to_thread``,
 #: ``sync_to_async(thread_sensitive=False)``, DNS lookups). Waiters beyond
 #: this many queue for a thread (a late wake-up, never a lost one: the
-#: signal stays in its list).
+#: signal stays in its list). A set per server (``ServerPools``): a hung
+#: server with no socket timeout keeps the threads of its calls, and with
+#: one set for every server, waiters on the healthy ones queued behind them.
 WAIT_WORKERS = 64
-waits = DaemonPool(WAIT_WORKERS, "django-redislock-waits")
+waits = ServerPools(WAIT_WORKERS, "django-redislock-waits", bounds.MAX_SIBLINGS)
 
 
 def _cancel_requests() -> int:
@@ -115,7 +117,8 @@ class AsyncConnection:
             return await getattr(self.aio, command)(*args, **kwargs)
         # a wait (BLPOP) grants nothing: a clean-up need not follow it
         run = functools.partial(getattr(self.sync, command), *args, **kwargs)
-        return await asyncio.wrap_future(waits.submit(contextvars.copy_context().run, run))
+        future = waits.submit(contextvars.copy_context().run, run, server=self.sync)
+        return await asyncio.wrap_future(future)
 
 
 async def _bounded(run: Awaitable[T], seconds: float) -> T:

@@ -413,3 +413,73 @@ def test_a_clean_up_for_a_paused_server_delays_none_for_another(
         bounds.janitor.submit(elsewhere, Call(ping_and_tell, [], []))
         assert delivered.wait(10), "the other server's clean-up waited on the paused one"
         paused.resume()
+
+
+def test_a_paused_server_holding_every_wait_thread_delays_no_async_waiter_elsewhere(
+    paused: Pausable,
+    redis_server_factory: Callable[..., RedisServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The asyncio fallback (no asyncio mirror: Sentinel, a pool class of
+    one's own) runs its waits and reads on threads (``drivers.waits``). They
+    were one set for every server: once reads on a paused server with no
+    socket timeout held them all, a waiter on a healthy server never got a
+    thread for its ``BLPOP``, and slept through the release that handed it
+    the lock (and its reads queued as long)."""
+    from django_redislock import drivers
+
+    monkeypatch.setattr("django_redislock.async_clients.get_async_client", lambda c: None)
+    healthy = redis_server_factory()
+    own_pool = f"{__name__}.OwnPool"
+    caches = {
+        "default": redis_cache(
+            paused.server.url, SOCKET_TIMEOUT=None, CONNECTION_POOL_CLASS=own_pool
+        ),
+        # a short socket timeout bounds a wait already: it runs on the wait threads
+        "healthy": redis_cache(healthy.url, SOCKET_TIMEOUT=0.5, CONNECTION_POOL_CLASS=own_pool),
+    }
+    holder_thread = OtherThread()
+
+    async def main() -> None:
+        for alias in caches:  # a pooled connection each, the scripts loaded
+            async with AsyncLock(NAME, timeout=LEASE, using=alias, blocking_timeout=BUDGET):
+                pass
+        paused.pause()
+        stuck = [asyncio.create_task(AsyncLock(NAME).locked()) for _ in range(drivers.WAIT_WORKERS)]
+        deadline = time.monotonic() + 30
+        while drivers.waits.workers() < drivers.WAIT_WORKERS:
+            assert time.monotonic() < deadline, "the reads never took every wait thread"
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # each is in its read, on the paused server
+        assert not any(task.done() for task in stuck)
+
+        assert not await asyncio.wait_for(AsyncLock("elsewhere", using="healthy").locked(), 5)
+        holder = Lock("elsewhere", timeout=10, using="healthy")
+        assert holder_thread(holder.acquire, blocking=False)
+
+        async def wait_and_release() -> bool:
+            waiter = AsyncLock("elsewhere", timeout=10, using="healthy", blocking_timeout=20)
+            if not await waiter.acquire():
+                return False
+            await waiter.release()
+            return True
+
+        waiting = asyncio.create_task(wait_and_release())
+        queue = "redislock:{elsewhere}:queue"
+        while not await asyncio.to_thread(healthy.client().zcard, queue):
+            assert time.monotonic() < deadline, "the waiter never queued"
+            await asyncio.sleep(0.01)
+        holder_thread(holder.release)
+        released = time.monotonic()
+        assert await asyncio.wait_for(waiting, 10)
+        assert time.monotonic() - released < 3, "the waiter waited on the paused server's threads"
+
+        paused.resume()
+        assert await asyncio.wait_for(asyncio.gather(*stuck), 30) == [False] * len(stuck)
+
+    try:
+        with override_settings(CACHES=caches):
+            asyncio.run(main())
+    finally:
+        paused.resume()
+        holder_thread.close()
