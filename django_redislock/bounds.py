@@ -227,6 +227,8 @@ siblings = Siblings()
 
 #: Worker threads per server for commands on pools without a plain sibling: a
 #: command that hangs keeps its worker until its socket timeout, so there are several.
+#: Waits (``BLPOP``) have threads of their own (``drivers.waits``): a command
+#: queued behind them would wait up to a wait chunk for a thread.
 MAX_WORKERS = 16
 
 
@@ -239,8 +241,10 @@ class Workers(ServerPools):
     starts with none.
     """
 
-    def __init__(self) -> None:
-        super().__init__(MAX_WORKERS, "django-redislock-bounded", MAX_SIBLINGS)
+    def __init__(
+        self, max_workers: int = MAX_WORKERS, name: str = "django-redislock-bounded"
+    ) -> None:
+        super().__init__(max_workers, name, MAX_SIBLINGS)
 
     def call(self, seconds: float, func: Callable[..., T], *args: Any, server: object = None) -> T:
         """``func(*args)``; ``Abandoned`` when it has not answered in ``seconds``."""

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import redis
 
 from . import async_clients, backend, bounds, fanout
-from .daemons import ServerPools
 from .protocol import Call, Pause, QuorumStep, Step
 
 if TYPE_CHECKING:
@@ -44,8 +43,11 @@ T = TypeVar("T")
 #: signal stays in its list). A set per server (``ServerPools``): a hung
 #: server with no socket timeout keeps the threads of its calls, and with
 #: one set for every server, waiters on the healthy ones queued behind them.
+#: Bounded waits on a pool with no sibling run here too, never on the
+#: commands' workers (``bounds.workers``): each holds its thread for up to a
+#: wait chunk, and an acquire or a release queued behind them waited as long.
 WAIT_WORKERS = 64
-waits = ServerPools(WAIT_WORKERS, "django-redislock-waits", bounds.MAX_SIBLINGS)
+waits = bounds.Workers(WAIT_WORKERS, "django-redislock-waits")
 
 
 def _cancel_requests() -> int:
@@ -205,6 +207,12 @@ def _blpop_timeout(timeout: float, bound: bounds.Bound | None) -> float:
     return max(backend.MIN_WAIT_CHUNK, min(timeout, bound.seconds * backend.SOCKET_TIMEOUT_SHARE))
 
 
+def _threads(step: Step) -> bounds.Workers:
+    """The threads a bounded ``step`` runs on where there is no sibling:
+    a wait on the waits' own (``waits``), a command on the commands'."""
+    return bounds.workers if isinstance(step, Call) else waits
+
+
 def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
     """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis."""
     bound = bounds.siblings.get(client, deadline - time.monotonic())
@@ -213,7 +221,7 @@ def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
             func, args = _sync_call(step, client, bound)
             # the caller's context: a tracer's span of the command keeps its parent
             run = contextvars.copy_context().run
-            return bounds.workers.call(bound.seconds, run, func, *args, server=client)
+            return _threads(step).call(bound.seconds, run, func, *args, server=client)
         func, args = _sync_call(step, client if bound is None else bound.client, bound)
         return func(*args)
     except _TIMEOUTS as exc:
@@ -254,7 +262,7 @@ async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float)
     run: Awaitable[Any]
     if bound is not None and conn.aio is None:
         func, args = _sync_call(step, conn.sync, bound)
-        future = bounds.workers.submit(
+        future = _threads(step).submit(
             contextvars.copy_context().run, func, *args, server=conn.sync
         )
         run = _within(step, conn, asyncio.wrap_future(future), bound.seconds, future)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
+
+import pytest
 
 from django_redislock import AsyncLock, Lock
 
@@ -91,3 +94,59 @@ def test_waiters_on_the_thread_fallback_leave_the_default_executor_free(
         pool = backend.get_client("default").connection_pool
         assert type(pool) is redis.BlockingConnectionPool  # no mirror: the fallback
         assert asyncio.run(main()) < 0.5
+
+
+def test_a_release_on_the_thread_fallback_does_not_wait_for_the_waiters_threads(
+    redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without an asyncio mirror and with a socket timeout longer than the
+    budget, a waiter's ``BLPOP`` is bounded on a worker thread. It ran on the
+    threads of the acquires and releases (``bounds.workers``, 16 per server):
+    with 16 waiters in their waits, a release, and every attempt, queued until
+    a wait ended, up to a wait chunk later (2 s each handoff by default; the
+    waiters of a busy name then gave up on a healthy Redis)."""
+    import redis
+    from django.test import override_settings
+
+    from django_redislock import backend, bounds
+    from tests.settings import redis_cache
+
+    monkeypatch.setattr("django_redislock.async_clients.get_async_client", lambda client: None)
+    monkeypatch.setattr(backend, "MAX_WAIT_CHUNK", 10.0)  # long waits: a late release shows
+    # a URL of its own: django-redis keeps one pool per URL, whatever its options
+    caches = {"default": redis_cache(f"{redis_url}?client_name=waits", SOCKET_TIMEOUT=None)}
+    waiters = bounds.MAX_WORKERS
+    queue = "redislock:{crowd}:queue"
+
+    async def main() -> tuple[float, float]:
+        holder = AsyncLock("crowd", timeout=60)
+        assert await holder.acquire()
+
+        async def wait_in_line() -> None:
+            async with AsyncLock("crowd", timeout=60, blocking_timeout=40):
+                pass
+
+        tasks = [asyncio.create_task(wait_in_line()) for _ in range(waiters)]
+        deadline = time.monotonic() + 20
+        while redis_client.zcard(queue) < waiters or blocked(redis_client) < waiters:
+            assert time.monotonic() < deadline, "the waiters never all waited"
+            await asyncio.sleep(0.01)
+        other = AsyncLock("other", blocking_timeout=3)  # uncontended, on the same server
+        assert await other.acquire(), "an uncontended acquire waited for the waiters' threads"
+        await other.release()
+        started = time.monotonic()
+        await holder.release()
+        released = time.monotonic() - started
+        await asyncio.wait_for(asyncio.gather(*tasks), 40)
+        return released, time.monotonic() - started
+
+    with override_settings(CACHES=caches):
+        assert type(backend.get_client("default").connection_pool) is redis.ConnectionPool
+        released, everyone = asyncio.run(main())
+    assert released < 2.0, f"the release waited {released:.1f} s for a thread"
+    assert everyone < 5.0, f"{waiters} handoffs took {everyone:.1f} s"
+    assert redis_client.zcard(queue) == 0
+
+
+def blocked(client: Any) -> int:
+    return int(client.info("clients")["blocked_clients"])

@@ -160,3 +160,69 @@ def test_a_forgotten_sibling_closes_its_connections(redis_url: str) -> None:
     finally:
         client.close()
         probe.close()
+
+
+class OwnPool(redis.ConnectionPool):
+    """A pool class of the project's own: no sibling client, a worker thread instead."""
+
+
+def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a pool with no sibling a bounded step runs on a worker thread. The
+    waiters' ``BLPOP``s ran on the commands' workers (16 per server): with 16
+    threads waiting for a busy name, an uncontended acquire of another name on
+    the same healthy server queued behind their waits, up to a wait chunk, and
+    gave up with ``LockBackendTimeout``."""
+    from django.test import override_settings
+
+    from django_redislock import Lock, backend
+    from tests.holders import OtherThread
+    from tests.settings import redis_cache
+
+    monkeypatch.setattr(backend, "MAX_WAIT_CHUNK", 10.0)  # long waits: a late command shows
+    caches = {
+        # a URL of its own: django-redis keeps one pool per URL, whatever its class
+        "default": redis_cache(
+            f"{redis_url}?client_name=crowd",
+            SOCKET_TIMEOUT=None,
+            CONNECTION_POOL_CLASS=f"{__name__}.OwnPool",
+        )
+    }
+    waiters, queue = bounds.MAX_WORKERS, "redislock:{crowd}:queue"
+    holder_thread = OtherThread()
+    with override_settings(CACHES=caches):
+        holder = Lock("crowd", timeout=60)
+        assert holder_thread(holder.acquire, blocking=False)
+        errors: list[BaseException] = []
+
+        def wait_in_line() -> None:
+            try:
+                with Lock("crowd", timeout=60, blocking_timeout=40):
+                    pass
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=wait_in_line) for _ in range(waiters)]
+        try:
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 20
+            while (
+                redis_client.zcard(queue) < waiters
+                or int(redis_client.info("clients")["blocked_clients"]) < waiters
+            ):
+                assert time.monotonic() < deadline, "the waiters never all waited"
+                time.sleep(0.01)
+            started = time.monotonic()
+            other = Lock("other", blocking_timeout=3)
+            assert other.acquire(), "an uncontended acquire waited for the waiters' threads"
+            other.release()
+            assert time.monotonic() - started < 2.0
+        finally:
+            holder_thread(holder.release)
+            holder_thread.close()
+            for thread in threads:
+                thread.join(60)
+    assert errors == []
+    assert redis_client.zcard(queue) == 0
