@@ -99,20 +99,25 @@ class AsyncConnection:
         return await _bounded(self.run(script, keys, args), bounds.CLEANUP_TIMEOUT)
 
     async def wait_signal(self, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
-        """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time.
+        """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time."""
+        signal = await self.call("blpop", [key], timeout=timeout)
+        return None if signal is None else (signal[0], signal[1])
+
+    def honour_lost_cancellation(self) -> None:
+        """Raise ``CancelledError`` if the task was cancelled during a step
+        that returned all the same.
 
         redis.asyncio writes each command under ``asyncio.wait_for``, which
         before Python 3.12 returns normally when the task is cancelled just as
-        the write completes (CPython gh-86296): a waiter would then carry on
-        waiting until its ``blocking_timeout``. Python 3.11 still counts the
+        the write completes (CPython gh-86296): a waiter would carry on
+        waiting until its ``blocking_timeout``, an attempt would return the
+        grant to a task that was cancelled. Python 3.11 still counts the
         request (``Task.cancelling``, compared with its count when this
-        connection was made), so it is honoured here after the wait; on
+        connection was made), so ``run_async`` honours it after each step; on
         Python 3.10 the lost cancellation cannot be seen.
         """
-        signal = await self.call("blpop", [key], timeout=timeout)
         if _cancel_requests() > self._cancels_before:
             raise asyncio.CancelledError
-        return None if signal is None else (signal[0], signal[1])
 
     async def call(self, command: str, *args: Any, **kwargs: Any) -> Any:
         if self.aio is not None:
@@ -301,6 +306,8 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
                 reply = await (asyncio.shield(run) if step.shield else run)
             else:
                 reply = await conn.wait_signal(step.key, step.timeout)
+            if not (isinstance(step, Call) and step.shield):  # a clean-up goes on regardless
+                conn.honour_lost_cancellation()
         except BaseException as exc:
             reply, error = None, exc
 

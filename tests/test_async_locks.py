@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 from collections.abc import Awaitable, Callable, Coroutine
@@ -12,6 +13,7 @@ from django.test import override_settings
 
 from django_redislock import (
     AsyncLock,
+    AsyncReadWriteLock,
     AsyncSemaphore,
     LockLostError,
     LockNotOwnedError,
@@ -314,6 +316,56 @@ def test_a_cancellation_lost_in_a_wait_is_honoured(
             await asyncio.wait_for(task, 10)  # not after the 20 s blocking timeout
         assert redis_client.zcard(queue) == 0
         await holder.release()
+
+    run(main())
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="Python 3.10 does not count cancellation requests"
+)
+@pytest.mark.parametrize(
+    ("make", "held"),
+    [
+        (lambda **kw: AsyncLock("lost-cancel", **kw), "redislock:{lost-cancel}:lock"),
+        (lambda **kw: AsyncSemaphore("lost-cancel", 1, **kw), "redislock:{lost-cancel}:semaphore"),
+        (
+            lambda **kw: AsyncReadWriteLock("lost-cancel", **kw).write(),
+            "redislock:{lost-cancel}:rwlock",
+        ),
+    ],
+    ids=["AsyncLock", "AsyncSemaphore", "AsyncReadWriteLock"],
+)
+def test_a_cancellation_lost_in_an_attempt_is_honoured(
+    make: Callable[..., Any], held: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As in a wait (above), so in an attempt: a cancellation lost while
+    redis.asyncio wrote the acquire script (Python 3.11) let the acquire
+    return held, and the cancelled task ran on as if never cancelled (a
+    permit waiter woken sends such an attempt after every wake-up). It must
+    raise ``CancelledError`` and give the grant back."""
+    real_run = AsyncConnection.run
+    sending = asyncio.Event()
+
+    async def run_losing_cancellation(
+        self: AsyncConnection, script: Any, keys: Any, args: Any
+    ) -> Any:
+        if script.name not in ("lock_acquire.lua", "semaphore_acquire.lua", "rwlock_acquire.lua"):
+            return await real_run(self, script, keys, args)
+        sending.set()
+        with contextlib.suppress(asyncio.CancelledError):  # as wait_for, the write just done
+            await asyncio.sleep(30)
+        return await real_run(self, script, keys, args)
+
+    monkeypatch.setattr(AsyncConnection, "run", run_losing_cancellation)
+
+    async def main() -> None:
+        task = asyncio.create_task(make(timeout=30).acquire())
+        await asyncio.wait_for(sending.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+        assert not redis_client.exists(held), "the grant of a cancelled acquire was kept"
+        assert await make().acquire(blocking=False)  # free for the next one
 
     run(main())
 
