@@ -279,14 +279,34 @@ async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float)
         if bound is not None:
             run = _within(step, conn, run, bound.seconds)
     try:
-        return await (asyncio.shield(run) if isinstance(step, Call) and step.shield else run)
+        return await run
     except _TIMEOUTS as exc:  # the connection's own socket timeout
         _unanswered(step, conn.sync, deadline, exc)
         raise
 
 
+async def _clean_up(
+    step: Call, conn: AsyncConnection, after: concurrent.futures.Future[Any] | None
+) -> Any:
+    """Send a clean-up ``step`` (an interrupted attempt undone), waiting for
+    it at most ``bounds.CLEANUP_TIMEOUT`` (and not past the acquire's deadline
+    by more than ``bounds.FLOOR``); unanswered by then, it is the janitor's
+    to send (after ``after``, the attempt's command still on a worker). Its
+    caller has been cancelled, or is about to raise: on a hung Redis it must
+    not wait for it (with no ``blocking_timeout``, for ever)."""
+    seconds = bounds.CLEANUP_TIMEOUT
+    if step.deadline is not None:
+        seconds = min(seconds, max(bounds.FLOOR, step.deadline - time.monotonic()))
+    try:
+        return await _bounded(conn.run(step.script, step.keys, step.args), seconds)
+    except _TIMEOUTS:
+        bounds.janitor.submit(conn.sync, step, after)
+        return None
+
+
 async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
-    """Run ``steps`` on asyncio; a clean-up step runs even while being cancelled."""
+    """Run ``steps`` on asyncio; a clean-up step runs even while being cancelled,
+    in the background once it has waited for Redis long enough (``_clean_up``)."""
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -299,11 +319,12 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
             if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
                 bounds.janitor.submit(conn.sync, step, after)
                 reply = None
+            elif isinstance(step, Call) and step.shield:
+                reply = await asyncio.shield(_clean_up(step, conn, after))
             elif step.deadline is not None:
                 reply = await _run_bounded_async(step, conn, step.deadline)
             elif isinstance(step, Call):
-                run = conn.run(step.script, step.keys, step.args)
-                reply = await (asyncio.shield(run) if step.shield else run)
+                reply = await conn.run(step.script, step.keys, step.args)
             else:
                 reply = await conn.wait_signal(step.key, step.timeout)
             if not (isinstance(step, Call) and step.shield):  # a clean-up goes on regardless

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -483,3 +484,41 @@ def test_a_paused_server_holding_every_wait_thread_delays_no_async_waiter_elsewh
     finally:
         paused.resume()
         holder_thread.close()
+
+
+@pytest.mark.parametrize("path", ["native", "fallback"])
+@pytest.mark.parametrize("kind", list(ASYNC))
+def test_an_asyncio_timeout_ends_an_unbounded_acquire_on_a_paused_redis(
+    paused: Pausable, kind: str, path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ``asyncio.timeout`` around an acquire cancels it; the clean-up that
+    follows (the attempt undone) is shielded. On the asyncio mirror it was
+    bounded only by what was left of the ``blocking_timeout`` (here the
+    default, 10 s; with ``BLOCKING_TIMEOUT: None``, not at all): with no
+    socket timeout, on a paused server the ``asyncio.timeout`` of 1 s ended
+    after 10 s. The clean-up now waits ``CLEANUP_TIMEOUT`` at most, then is
+    the janitor's."""
+    if path == "fallback":
+        monkeypatch.setattr("django_redislock.async_clients.get_async_client", lambda c: None)
+
+    async def main() -> float:
+        warm = ASYNC[kind](blocking_timeout=BUDGET)
+        assert await warm.acquire()  # a pooled connection, the scripts loaded
+        await warm.release()
+        paused.pause()
+        started = time.monotonic()
+        with pytest.raises(asyncio.TimeoutError):
+            if sys.version_info >= (3, 11):
+                async with asyncio.timeout(BUDGET):
+                    await ASYNC[kind](blocking_timeout=None).acquire()
+            else:  # the same cancellation, of a task of its own
+                await asyncio.wait_for(ASYNC[kind](blocking_timeout=None).acquire(), BUDGET)
+        return time.monotonic() - started
+
+    with settings_for(paused, None):
+        try:
+            elapsed = asyncio.run(asyncio.wait_for(main(), 30))
+        finally:
+            paused.resume()
+        assert elapsed <= BUDGET + bounds.CLEANUP_TIMEOUT + LATE, elapsed
+        assert_nothing_left(paused, kind)
