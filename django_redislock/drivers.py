@@ -243,13 +243,17 @@ async def _within(
 ) -> T:
     """Await ``run`` for at most ``seconds``; redis.asyncio drops the connection
     of a command cancelled this way. ``future``: ``run``'s worker (the
-    fallback), which may go on after that."""
+    fallback), which may go on after that. A cancellation carries it
+    (``follow``) from outside the bound: before Python 3.11 the bound is
+    ``asyncio.wait_for``, which runs ``run`` in a task of its own and raises
+    a cancellation of its own."""
     assert step.deadline is not None
+    bounded = _bounded(run, seconds)
     if future is not None and isinstance(step, Call):  # a wait grants nothing
-        run = follow(run, future)
+        bounded = follow(bounded, future)
     try:
         try:
-            return await _bounded(run, seconds)
+            return await bounded
         except _TIMEOUTS as exc:
             if future is None:
                 raise
