@@ -96,6 +96,7 @@ def test_waiters_on_the_thread_fallback_leave_the_default_executor_free(
         assert asyncio.run(main()) < 0.5
 
 
+@pytest.mark.usefixtures("real_redis")  # blocked_clients, from INFO
 def test_a_release_on_the_thread_fallback_does_not_wait_for_the_waiters_threads(
     redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

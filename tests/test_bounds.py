@@ -166,6 +166,7 @@ class OwnPool(redis.ConnectionPool):
     """A pool class of the project's own: no sibling client, a worker thread instead."""
 
 
+@pytest.mark.usefixtures("real_redis")  # blocked_clients, from INFO
 def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
     redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
