@@ -90,7 +90,10 @@ def thread_registry() -> Registry[Any]:
 
 
 def current_task(kind: str) -> asyncio.Task[Any]:
-    task = asyncio.current_task()
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop: asyncio's message names no primitive
+        task = None
     if task is None:
         raise RuntimeError(f"{kind} must be used from inside an asyncio task.")
     return task

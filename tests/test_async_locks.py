@@ -669,3 +669,10 @@ def test_require_lock_nests_after_a_sync_to_async_round_trip() -> None:
         return "ok"
 
     assert asyncio.run(job(0)) == "ok"
+
+
+def test_a_handle_used_outside_any_event_loop_says_so() -> None:
+    """Not asyncio's "no running event loop": the error names the primitive."""
+    lock = AsyncLock("outside")
+    with pytest.raises(RuntimeError, match="AsyncLock must be used from inside an asyncio task"):
+        lock.fencing_token  # noqa: B018
