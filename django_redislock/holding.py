@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import backend, context, counters, signals
@@ -171,8 +171,37 @@ class Holding:
             token=self.token, lease_ms=int(lease * 1000)
         )
 
+    @property
+    def batch_client(self) -> Any:
+        """The client whose pipeline carries this renewal with others of the
+        same client (``renewal_batches``): one whose commands all go over one
+        connection pool; ``None`` on Redis Cluster (a pipeline there splits
+        by node), where it is renewed alone (``renew``)."""
+        client = self.client
+        return client if getattr(client, "connection_pool", None) is not None else None
+
     def renew(self) -> bool:
         """The watchdog's renewal; ``False`` if the lease is no longer ours.
+        Sent alone; ``renewal`` tells what is sent and what the replies mean."""
+        steps = self.renewal()
+        try:
+            lease = next(steps)
+            while True:
+                try:
+                    ours = self.send_lease(lease)
+                except BaseException as exc:
+                    lease = steps.throw(exc)
+                else:
+                    lease = steps.send(ours)
+        except StopIteration as done:
+            return bool(done.value)
+
+    def renewal(self) -> Generator[float, bool, bool]:
+        """A renewal's steps, for whoever sends them (``renew`` alone,
+        ``renewal_batches`` many in one pipeline): it yields each lease to
+        send (``renew_call``), takes whether Redis answered that the lease is
+        ours (or the error the send raised, thrown in, which comes back out),
+        and returns ``False`` if the lease is no longer ours.
 
         An ``extend()`` to another lease can cross a renewal on its way (another
         thread, another connection): if the renewal reached Redis second, it put
@@ -189,7 +218,7 @@ class Holding:
                 self.renewing_lease = lease
             started = time.monotonic()
             try:
-                ours = self.send_lease(lease)
+                ours = yield lease
             finally:
                 with self.lease_lock:
                     self.renewing_lease = None

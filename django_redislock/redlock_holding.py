@@ -49,6 +49,11 @@ class RedlockHolding(Holding):
         return id(self.servers)
 
     @property
+    def batch_client(self) -> None:
+        """Renewed alone: its renewal waits on several servers at once."""
+        return None
+
+    @property
     def lock_key(self) -> str:
         return self.redlock_keys[0]
 

@@ -10,7 +10,8 @@ release stops being renewed and its lease runs out, as if its process had died
 The scheduler decides when a lease is due; the renewal itself is sent from a
 lane, one thread per connection pool the leases are held on (``Renewable.lane``:
 a cache alias's server, a Redlock's set of servers), which exits after
-``IDLE_EXIT`` seconds without work. A server that hangs then stalls the
+``IDLE_EXIT`` seconds without work; the renewals waiting in its queue go
+together, in one round trip (``renewal_batches``). A server that hangs then stalls the
 renewals of the leases held on it, never those held elsewhere: with one thread
 renewing in turn, a renewal stuck on one server until its socket timeout left
 every other lease of the process unrenewed, and they lapsed. A lane that
@@ -33,20 +34,22 @@ releases) what its parent holds.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import os
 import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Hashable
-from typing import Protocol
+from collections.abc import Callable, Hashable, Iterable
+from typing import TypeVar
 
 from .dropped import DroppedHolds, Report
 from .exceptions import LockBackendError, LockError
+from .renewal_batches import Renewable, Result, renew_all, take_batch
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 #: Seconds the thread lingers with nothing to renew before it exits.
 IDLE_EXIT = 5.0
@@ -56,27 +59,10 @@ RETRY_DELAY = 0.2
 SCHEDULER_THREAD = "django-redislock-watchdog"
 LANE_THREAD = "django-redislock-renewal"
 
-#: One lane's work: a renewal, or the report of one that never came back.
-_Job = Callable[[], None]
-
-
-class Renewable(Protocol):
-    """What the watchdog needs of a holding."""
-
-    lease_deadline: float
-
-    @property
-    def renew_interval(self) -> float: ...
-
-    @property
-    def lane(self) -> Hashable:
-        """The connection pool the renewal goes over: leases with the same
-        lane are renewed one at a time, in one thread."""
-
-    def renew(self) -> bool:
-        """Extend the lease one more term; ``False`` if it is no longer ours."""
-
-    def mark_lost(self, reason: str) -> None: ...
+#: One lane's work: a holding's renewal, or the report of one that never came
+#: back, as the function that takes the holdings of such jobs, and the holding.
+_Work = Callable[[list["weakref.ref[Renewable]"]], None]
+_Job = tuple[_Work, "weakref.ref[Renewable]"]
 
 
 def _due(holding: Renewable, now: float) -> float:
@@ -231,13 +217,13 @@ class Watchdog:
                 return True
             idle_since.clear()
             due = self._due_or_wait(now)
-        for lane, job in due:
-            self._dispatch(lane, job)
+        for lane, jobs in due.items():
+            self._dispatch(lane, jobs)
         return True
 
-    def _due_or_wait(self, now: float) -> list[tuple[Hashable, _Job]]:
-        """The jobs due (renewals, and reports of renewals overdue); if none
-        is, wait (under ``_cond``) until the earliest is."""
+    def _due_or_wait(self, now: float) -> dict[Hashable, list[_Job]]:
+        """The jobs due (renewals, and reports of renewals overdue), per lane;
+        if none is, wait (under ``_cond``) until the earliest is."""
         due_now, earliest = self._scan(now)
         if not due_now:
             self._wake_at = earliest
@@ -245,7 +231,7 @@ class Watchdog:
                 self._cond.wait(earliest - now)
         return due_now
 
-    def _scan(self, now: float) -> tuple[list[tuple[Hashable, _Job]], float]:
+    def _scan(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
         """Each lease due now, as a job for its lane, and when the next is due.
 
         Forgets the holdings that were dropped. A renewal still on its way
@@ -254,7 +240,7 @@ class Watchdog:
         the same server. Jobs hold holdings weakly (see ``_run``): one dropped
         while another's renewal waits on Redis is not renewed again.
         """
-        due_now: list[tuple[Hashable, _Job]] = []
+        due_now: dict[Hashable, list[_Job]] = {}
         earliest = float("inf")
         for key, (ref, due, sent) in list(self._watched.items()):
             holding = ref()
@@ -267,14 +253,14 @@ class Watchdog:
                 earliest = min(earliest, due)
             elif sent:
                 del self._watched[key]
-                due_now.append((("overdue", holding.lane), functools.partial(self._overdue, ref)))
+                due_now.setdefault(("overdue", holding.lane), []).append((self._overdue, ref))
             else:
                 self._watched[key] = (ref, due, True)
-                due_now.append((holding.lane, functools.partial(self._renew_one, ref)))
+                due_now.setdefault(holding.lane, []).append((self._renew, ref))
         return due_now, earliest
 
-    def _dispatch(self, lane: Hashable, job: _Job) -> None:
-        """Run ``job`` in ``lane``'s thread, after that lane's earlier jobs and
+    def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
+        """Run ``jobs`` in ``lane``'s thread, after that lane's earlier jobs and
         beside other lanes'; here, when no thread can start for it."""
         with self._lock:
             queue = self._lanes.get(lane)
@@ -291,17 +277,20 @@ class Watchdog:
                 else:
                     self._lanes[lane] = queue
             if queue is not None:
-                queue.jobs.append(job)
+                queue.jobs.extend(jobs)
                 queue.ready.notify()
                 return
-        try:
-            job()
-        except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
-            logger.warning("A lease renewal stopped: %r", exc)
+        left = deque(jobs)
+        while left:
+            work, refs = take_batch(left)
+            try:
+                work(refs)
+            except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
+                logger.warning("A lease renewal stopped: %r", exc)
 
     def _serve(self, lane: Hashable, queue: _Lane) -> None:
-        """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``."""
-        job: _Job | None = None
+        """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``;
+        those of one kind waiting together at once (``take_batch``)."""
         try:
             while True:
                 with self._lock:
@@ -309,15 +298,15 @@ class Watchdog:
                         queue.ready.wait(IDLE_EXIT)
                         if not queue.jobs:
                             return
-                    job = queue.jobs.popleft()
+                    work, refs = take_batch(queue.jobs)
                 try:
-                    job()
+                    work(refs)
                 except Exception:  # a lane must survive anything, as the scheduler does
                     logger.exception("Lease renewal crashed")
                 except BaseException as exc:  # SystemExit from a lock_lost receiver
                     logger.warning("A lease renewal thread stopped: %r", exc)
                     return  # what it does to a thread; the jobs left go to a new one
-                job = None  # this frame idles next: it must not keep the job alive
+                refs = []  # this frame idles next: it keeps no job's references
         finally:
             self._leave(lane, queue)
 
@@ -330,34 +319,27 @@ class Watchdog:
                 del self._lanes[lane]
             left = list(queue.jobs)
             queue.jobs.clear()
-        for job in left:
-            self._dispatch(lane, job)
+        if left:
+            self._dispatch(lane, left)
 
-    def _overdue(self, ref: weakref.ref[Renewable]) -> None:
-        holding = ref()
-        if holding is not None:
-            holding.mark_lost("no answer to the renewal before the lease ended")
+    def _overdue(self, refs: list[weakref.ref[Renewable]]) -> None:
+        holdings = [holding for holding in (ref() for ref in refs) if holding is not None]
+        reason = "no answer to the renewal before the lease ended"
+        _each(holdings, lambda holding: holding.mark_lost(reason))
 
-    def _renew_one(self, ref: weakref.ref[Renewable]) -> None:
-        holding = ref()
-        if holding is None:
-            return
-        try:
-            self._renew(holding)
-        except Exception:  # the thread renews every lease: it must survive anything
-            logger.exception("Lease renewal crashed")
+    def _renew(self, refs: list[weakref.ref[Renewable]]) -> None:
+        """Renew these holdings, together where they can be (``renewal_batches``)."""
+        _each(renew_all(refs), self._settle)
 
-    def _renew(self, holding: Renewable) -> None:
-        started = time.monotonic()
-        try:
-            still_ours = holding.renew()
-        except Exception as exc:  # the thread renews every lease: it must survive anything
-            self._failed(holding, started, exc)
-            return
-        if not still_ours:
+    def _settle(self, result: Result) -> None:
+        """After a renewal: schedule the next, or retry, or report the loss."""
+        holding, started, outcome = result
+        if isinstance(outcome, Exception):
+            self._failed(holding, started, outcome)
+        elif not outcome:
             self._lose(holding, "the lease was gone when the watchdog renewed it")
-            return
-        self._reschedule(holding, _due(holding, started))
+        else:
+            self._reschedule(holding, _due(holding, started))
 
     def _failed(self, holding: Renewable, started: float, exc: Exception) -> None:
         """A renewal sent at ``started`` raised ``exc``: retry, or report the
@@ -394,6 +376,21 @@ class Watchdog:
     def _lose(self, holding: Renewable, reason: str) -> None:
         self.unwatch(holding)
         holding.mark_lost(reason)
+
+
+def _each(items: Iterable[T], func: Callable[[T], object]) -> None:
+    """``func`` on every item, even after one raised: an error is logged, and
+    ``SystemExit`` from a ``lock_lost`` receiver raised once the rest are done."""
+    stopped: BaseException | None = None
+    for item in items:
+        try:
+            func(item)
+        except Exception:  # the lane must survive anything
+            logger.exception("Lease renewal crashed")
+        except BaseException as exc:
+            stopped = stopped or exc
+    if stopped is not None:
+        raise stopped
 
 
 watchdog = Watchdog()

@@ -281,9 +281,11 @@ def test_a_nested_acquire_keeps_the_extended_lease(redis_client: Any) -> None:
 class _Renewable:
     """A holding stand-in, due at once and again after each renewal, with a
     minute's lease; its renewal waits for ``gate`` if given (up to ``hold``
-    seconds). ``renewed`` is set after ``enough`` renewals."""
+    seconds). ``renewed`` is set after ``enough`` renewals. Renewed alone
+    (no ``batch_client``), as the watchdog renews a ``Redlock``'s."""
 
     renew_interval = 0.0
+    batch_client = None
 
     def __init__(
         self,

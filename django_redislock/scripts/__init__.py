@@ -128,7 +128,7 @@ class Script:
         if not client.script_exists(self.sha)[0]:
             client.script_load(self.text)
 
-    def queue(self, pipe: Any, keys: list[str] | tuple[str, ...], args: list[Any]) -> None:
+    def queue(self, pipe: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> None:
         """Add a run to ``pipe``; call ``ensure_loaded`` on the client first."""
         pipe.evalsha(self.sha, len(keys), *keys, *args)
 
