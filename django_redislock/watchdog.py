@@ -10,12 +10,12 @@ release stops being renewed and its lease runs out, as if its process had died
 The scheduler decides when a lease is due; the renewal itself is sent from a
 lane, one thread per connection pool the leases are held on (``Renewable.lane``:
 a cache alias's server, a Redlock's set of servers), which exits after
-``IDLE_EXIT`` seconds without work; the renewals waiting in its queue go
-together, in one round trip (``renewal_batches``). A server that hangs then stalls the
-renewals of the leases held on it, never those held elsewhere: with one thread
-renewing in turn, a renewal stuck on one server until its socket timeout left
-every other lease of the process unrenewed, and they lapsed. A lane that
-cannot start is not fatal: its renewal is sent from the scheduler.
+``IDLE_EXIT`` seconds without work; the renewals waiting in its queue go in one
+round trip (``renewal_batches``). A server that hangs then stalls the renewals
+of the leases held on it, never those held elsewhere: with one thread renewing
+in turn, a renewal stuck on one server until its socket timeout left every
+other lease of the process unrenewed, and they lapsed. A lane that cannot
+start is not fatal: its renewal is sent from the scheduler.
 
 A renewal that finds the lease no longer ours, or cannot reach Redis before
 the lease would have ended, marks the holding lost and sends ``lock_lost``; so
@@ -41,7 +41,7 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
-from typing import TypeVar
+from typing import Any
 
 from .dropped import DroppedHolds, Report
 from .exceptions import LockBackendError, LockError
@@ -49,10 +49,11 @@ from .renewal_batches import Renewable, Result, renew_all, take_batch
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 #: Seconds the thread lingers with nothing to renew before it exits.
 IDLE_EXIT = 5.0
+#: A renewal due within this share of its interval (a quarter of RETRY_DELAY
+#: at most) goes with the pass that finds it: a pass per renewal scans every lease.
+EARLY = 0.1
 #: Retry delay after a renewal that could not reach Redis.
 RETRY_DELAY = 0.2
 #: The scheduler's thread name, and the lanes'.
@@ -249,7 +250,8 @@ class Watchdog:
                 continue
             if sent:
                 due = holding.lease_deadline
-            if due > now:
+            early = 0.0 if sent else min(holding.renew_interval * EARLY, RETRY_DELAY / 4)
+            if due > now + early:
                 earliest = min(earliest, due)
             elif sent:
                 del self._watched[key]
@@ -324,8 +326,7 @@ class Watchdog:
 
     def _overdue(self, refs: list[weakref.ref[Renewable]]) -> None:
         holdings = [holding for holding in (ref() for ref in refs) if holding is not None]
-        reason = "no answer to the renewal before the lease ended"
-        _each(holdings, lambda holding: holding.mark_lost(reason))
+        _each(holdings, lambda h: h.mark_lost("no answer to the renewal before the lease ended"))
 
     def _renew(self, refs: list[weakref.ref[Renewable]]) -> None:
         """Renew these holdings, together where they can be (``renewal_batches``)."""
@@ -378,7 +379,7 @@ class Watchdog:
         holding.mark_lost(reason)
 
 
-def _each(items: Iterable[T], func: Callable[[T], object]) -> None:
+def _each(items: Iterable[Any], func: Callable[[Any], object]) -> None:
     """``func`` on every item, even after one raised: an error is logged, and
     ``SystemExit`` from a ``lock_lost`` receiver raised once the rest are done."""
     stopped: BaseException | None = None

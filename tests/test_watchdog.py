@@ -13,6 +13,7 @@ from django_redislock import (
     AsyncLock,
     AsyncSemaphore,
     Lock,
+    LockBackendError,
     LockError,
     LockLostError,
     MultiLock,
@@ -318,6 +319,59 @@ class _Renewable:
     def mark_lost(self, reason: str) -> None:
         self.lost.append((time.monotonic(), reason))
         self.told.set()
+
+
+def test_a_renewal_due_soon_after_another_goes_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Due within a tenth of its interval (at most a quarter of the retry
+    delay) of one due now, it goes in the same pass, so the same round trip:
+    a pass per renewal looked at every lease each time, and with thousands
+    of short leases the scheduler fell behind."""
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    dog = watchdog_module.Watchdog()
+    passes: list[int] = []
+    renew_all = watchdog_module.renew_all
+
+    def counted(refs: list[Any]) -> Any:
+        passes.append(len(refs))
+        return renew_all(refs)
+
+    monkeypatch.setattr(watchdog_module, "renew_all", counted)
+    first, soon = _Renewable(), _Renewable()
+    first.renew_interval = soon.renew_interval = 1.0  # due 1 s after it is watched
+    dog.watch(first)
+    time.sleep(0.02)  # the subject: due 20 ms later, within a tenth of 1 s and 50 ms
+    dog.watch(soon)
+    try:
+        assert first.renewed.wait(5) and soon.renewed.wait(5)
+        assert passes[0] == 2, passes
+    finally:
+        dog.unwatch(first)
+        dog.unwatch(soon)
+
+
+def test_a_failed_renewal_of_a_long_lease_is_retried_at_the_retry_delay(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Taking renewals a little early must not take retries early: a tenth of
+    an hour-long lease's interval is 2 minutes, far more than the retry delay,
+    and a failing renewal was retried in a busy loop until its lease end."""
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    dog = watchdog_module.Watchdog()
+
+    class Failing(_Renewable):
+        def renew(self) -> bool:
+            super().renew()
+            self.renew_interval = 1200.0  # an hour-long lease's, from now on
+            raise LockBackendError("Redis is unreachable for lock 'x'", name="x")
+
+    failing = Failing(lease=3600.0)
+    dog.watch(failing)
+    try:
+        time.sleep(1.0)  # the subject is how often it retries meanwhile
+        assert 2 <= failing.renewals <= 1 / watchdog_module.RETRY_DELAY + 2
+        assert not failing.lost
+    finally:
+        dog.unwatch(failing)
 
 
 def test_a_hold_dropped_while_another_renews_is_not_renewed(
