@@ -134,3 +134,15 @@ def test_client_cost_probe_splits_the_gap_to_the_floor() -> None:
         "rest",
     ]
     assert sum(split.values()) == pytest.approx(data["gap_us"])
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
+def test_renewal_capacity_probe_holds_and_counts() -> None:
+    command = [sys.executable, "-m", "bench.renewal_capacity", "--counts", "30", "--hold", "1"]
+    completed = run_bench([*command, "--json"], timeout=60)
+    assert completed.returncode == 0, completed.stderr
+    [row] = json.loads(completed.stdout)["rows"]
+    assert row["count"] == 30
+    assert row["lost"] == 0
+    assert row["renewals_per_s"] > 0  # the watchdog renewed them while they were held
+    assert row["watching_after"] == 0
