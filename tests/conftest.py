@@ -242,6 +242,20 @@ def _end_leaked_holdings() -> Iterator[None]:
     holders._threads.registry = None  # the next test's holds start from nothing
 
 
+@pytest.fixture(autouse=True)
+def _drop_leftover_cleanups() -> Iterator[None]:
+    """Clean-ups a test left to the janitor for servers it has stopped or
+    paused are retried for ``CLEANUP_PATIENCE`` (two minutes): drop them, so
+    that a later test waiting for its own clean-up (``janitor.wait_idle``)
+    does not wait for an earlier test's. (Each test that cares checks its
+    own clean-ups before it ends.)"""
+    yield
+    from django_redislock import bounds
+
+    with bounds.janitor._lock:
+        bounds.janitor._pending.clear()
+
+
 @pytest.fixture
 def other_thread() -> Iterator[OtherThread]:
     """Another holder: a thread of its own for the whole test (``tests/holders.py``)."""

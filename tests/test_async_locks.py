@@ -496,8 +496,12 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
     url = f"{redis_url}?client_name=worker-cancel-{socket_timeout}"
     with override_settings(CACHES={"default": redis_cache(url, SOCKET_TIMEOUT=socket_timeout)}):
         asyncio.run(main())
-    assert bounds.janitor.wait_idle(15), "the clean-up was never delivered"
+    # its own clean-up, not the janitor idle: an earlier test's, for a server
+    # it stopped, may be retried for a while (the janitor takes them in turn)
     key = f"redislock:{{{name}}}:{kind}"
+    deadline = time.monotonic() + 15
+    while redis_client.exists(key) and time.monotonic() < deadline:
+        bounds.janitor.wait_idle(0.2)
     assert not redis_client.exists(key), f"held by nobody for {redis_client.pttl(key)} ms"
 
 
