@@ -176,9 +176,19 @@ class Holding:
         """The client whose pipeline carries this renewal with others of the
         same client (``renewal_batches``): one whose commands all go over one
         connection pool; ``None`` on Redis Cluster (a pipeline there splits
-        by node), where it is renewed alone (``renew``)."""
+        by node), where it is renewed alone (``renew``), as is a holding
+        whose class sends its lease its own way (``send_lease``, ``renew``),
+        or a client with no ``pipeline``."""
         client = self.client
-        return client if getattr(client, "connection_pool", None) is not None else None
+        cls = type(self)
+        if (
+            cls.send_lease is not Holding.send_lease
+            or cls.renew is not Holding.renew
+            or getattr(client, "connection_pool", None) is None
+            or not callable(getattr(client, "pipeline", None))
+        ):
+            return None
+        return client
 
     def renew(self) -> bool:
         """The watchdog's renewal; ``False`` if the lease is no longer ours.

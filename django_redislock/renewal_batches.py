@@ -191,17 +191,29 @@ def _execute(
     client: Any, calls: list[tuple[Renewable, float]], load: Iterable[Script]
 ) -> list[Any]:
     """One round trip: ``SCRIPT LOAD`` of ``load``, then the calls. Each
-    call's reply or error reply; the round trip's error for each when it failed."""
+    call's reply or error reply; the round trip's error for each when it
+    failed; a call that could not be built (its ``renew_call``) fails alone."""
+    out: list[Any] = [None] * len(calls)
+    queued: list[int] = []
     loads = 0
     try:
         with client.pipeline(transaction=False) as pipe:
             for script in load:
                 pipe.script_load(script.text)
                 loads += 1
-            for holding, lease in calls:
-                keys, args = holding.renew_call(lease)
-                holding.renew_script.queue(pipe, keys, args)
-            replies = pipe.execute(raise_on_error=False)
+            for index, (holding, lease) in enumerate(calls):
+                try:
+                    keys, args = holding.renew_call(lease)
+                    holding.renew_script.queue(pipe, keys, args)
+                except Exception as exc:
+                    out[index] = exc
+                else:
+                    queued.append(index)
+            replies = pipe.execute(raise_on_error=False) if queued else [None] * loads
     except Exception as exc:
-        return [exc] * len(calls)
-    return list(replies[loads:])
+        for index in queued:
+            out[index] = exc
+        return out
+    for index, reply in zip(queued, replies[loads:], strict=True):
+        out[index] = reply
+    return out

@@ -362,7 +362,7 @@ class Watchdog:
         if isinstance(exc, LockBackendError):
             logger.warning("Lease renewal failed, retrying: %s", exc)
         else:
-            logger.exception("Lease renewal crashed; retrying")
+            logger.error("Lease renewal crashed; retrying", exc_info=exc)
         self._reschedule(holding, time.monotonic() + RETRY_DELAY)
 
     def _reschedule(self, holding: Renewable, due: float) -> None:

@@ -140,6 +140,48 @@ def test_an_error_reply_fails_only_its_own_renewal(redis_client: redis.Redis) ->
         release_all(locks)
 
 
+def test_a_renewal_that_cannot_be_built_fails_alone(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    locks = held(3, "batch:build")
+    broken, real = holding_of(locks[1]), Holding.renew_call
+
+    def renew_call(self: Holding, lease: float) -> Any:
+        if self is broken:
+            raise ZeroDivisionError
+        return real(self, lease)
+
+    monkeypatch.setattr(Holding, "renew_call", renew_call)
+    try:
+        with pipelines() as seen:
+            results = renewed(locks)
+        outcomes = [outcome for _, outcome in results]
+        assert outcomes[0] is True and outcomes[2] is True
+        assert isinstance(outcomes[1], ZeroDivisionError)
+        assert seen == [["evalsha"] * 2]
+    finally:
+        release_all(locks)
+
+
+def test_a_holding_that_sends_its_lease_its_own_way_is_renewed_alone() -> None:
+    class Own(Holding):
+        __slots__ = ()
+
+        def send_lease(self, lease: float) -> bool:
+            return True
+
+    lock = Lock("batch:own", auto_renew=False)
+    assert lock.acquire()
+    try:
+        holding = holding_of(lock)
+        assert holding.batch_client is not None
+        holding.__class__ = Own
+        assert holding.batch_client is None
+    finally:
+        holding.__class__ = Holding
+        lock.release()
+
+
 def test_a_failed_round_trip_fails_each_renewal_with_its_own_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

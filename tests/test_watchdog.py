@@ -175,6 +175,24 @@ def test_a_renewal_that_keeps_raising_another_error_is_reported_before_the_lease
     assert "RedisClusterException" in str(call["reason"])
 
 
+def test_a_renewal_that_crashed_is_logged_with_its_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Renewals are settled after the batch, outside the ``except`` that
+    caught their error: ``logger.exception`` there logged "NoneType: None"."""
+
+    class Holding:
+        lease_deadline = time.monotonic() + 60
+
+    try:
+        raise RuntimeError("a wrapper's own error")
+    except RuntimeError as exc:
+        error = exc
+    watchdog._failed(Holding(), time.monotonic(), error)  # type: ignore[arg-type]
+    [record] = [r for r in caplog.records if r.getMessage().startswith("Lease renewal crashed")]
+    assert record.exc_info is not None and record.exc_info[1] is error
+
+
 # extend(): the new lease is the one the watchdog renews, on every primitive
 
 
