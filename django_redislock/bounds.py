@@ -314,6 +314,7 @@ class Janitor:
         self._pending: collections.deque[_Cleanup] = collections.deque()
         self._thread: threading.Thread | None = None
         self._pid = os.getpid()
+        self._dropped = 0  # how many times ``drop_pending`` ran
 
     def drain_at_exit(self) -> None:
         """At exit: wait for the clean-ups still to be sent, at most
@@ -346,6 +347,12 @@ class Janitor:
         """How many clean-ups are waiting to be delivered (for tests)."""
         return len(self._pending)
 
+    def drop_pending(self) -> None:
+        """Forget every clean-up not delivered yet, the one in hand too (for tests)."""
+        with self._lock:
+            self._pending.clear()
+            self._dropped += 1
+
     def wait_idle(self, timeout: float) -> bool:
         """Wait for every clean-up to be delivered (or dropped); ``False`` if
         some are still pending after ``timeout`` seconds (for tests)."""
@@ -360,7 +367,7 @@ class Janitor:
                 if not self._pending:
                     self._thread = None
                     return
-                item = self._pending.popleft()
+                item, dropped = self._pending.popleft(), self._dropped
             client, call, until, after = item
             if after is not None and not after.done():
                 concurrent.futures.wait([after], timeout=CLEANUP_RETRY_DELAY)
@@ -371,7 +378,8 @@ class Janitor:
                     time.sleep(CLEANUP_RETRY_DELAY)
             if not delivered and time.monotonic() < until:
                 with self._lock:
-                    self._pending.append(item)
+                    if self._dropped == dropped:  # else forgotten meanwhile
+                        self._pending.append(item)
 
     @staticmethod
     def _deliver(client: Any, call: Call) -> bool:

@@ -252,8 +252,7 @@ def _drop_leftover_cleanups() -> Iterator[None]:
     yield
     from django_redislock import bounds
 
-    with bounds.janitor._lock:
-        bounds.janitor._pending.clear()
+    bounds.janitor.drop_pending()
 
 
 @pytest.fixture

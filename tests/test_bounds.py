@@ -131,6 +131,24 @@ def test_the_janitor_sends_a_clean_up_only_after_the_abandoned_command_ended() -
     assert sent == ["clean-up"]
 
 
+def test_dropped_clean_ups_are_forgotten_the_one_in_hand_too() -> None:
+    """For the test rig: a clean-up for a server a test stopped is retried for
+    two minutes, and a later test waiting for the janitor to idle waited for it."""
+    tried = threading.Event()
+
+    def refused(client: Any, keys: Any, args: Any) -> None:
+        tried.set()
+        raise redis.ConnectionError("refused")
+
+    janitor = bounds.Janitor()
+    janitor.submit(redis.Redis(port=1), Call(refused, [], []))
+    assert tried.wait(5)  # in hand: failed, about to be tried again
+    assert not janitor.wait_idle(0.1)
+    janitor.drop_pending()
+    assert janitor.wait_idle(10)
+    assert janitor.pending() == 0
+
+
 def test_a_forgotten_sibling_closes_its_connections(redis_url: str) -> None:
     """New settings drop the siblings; their sockets are closed, not left to the
     garbage collector (which may finalize a socket before its connection)."""
