@@ -21,11 +21,11 @@ A renewal that finds the lease no longer ours, or cannot reach Redis before
 the lease would have ended, marks the holding lost and sends ``lock_lost``; so
 does one still unanswered when the lease ends as the holder measures it (a
 server that hangs, a connection without a socket timeout).
-A failed renewal is retried only while another attempt, up to twice as slow,
-would still end before the lease does: the holder is told no later than its
-lease end (as it measures it, never later than Redis's), with or without a
-socket timeout; with none, the renewal's lane (never the others) stays
-blocked until the operating system gives up on the connection.
+A failed renewal is retried only while another attempt, up to twice as slow
+and half a retry delay late, would still end before the lease does: the
+holder is told no later than its lease end (as it measures it, never later
+than Redis's), with or without a socket timeout; with none, the renewal's
+lane (never the others) stays blocked until the OS gives up on the connection.
 
 After ``fork()`` the child starts with an empty watchdog: it never renews (or
 releases) what its parent holds.
@@ -345,8 +345,8 @@ class Watchdog:
     def _failed(self, holding: Renewable, started: float, exc: Exception) -> None:
         """A renewal sent at ``started`` raised ``exc``: retry, or report the
         loss no later than the lease end. If another attempt, failing up to
-        twice as slowly as this one (a busy machine), would end past it, give
-        up now; early is safe, renewals stop either way.
+        twice as slowly as this one and sent up to half a delay late (a busy
+        machine), would end past it, give up now; early is safe.
 
         Any exception counts, not only ``LockBackendError`` (a client
         wrapper's own, a bug): retried for ever instead, the lease ran out
@@ -356,7 +356,7 @@ class Watchdog:
             reason = f"could not reach Redis before the lease ended: {exc}"
         else:
             reason = f"could not renew before the lease ended: {exc!r}"
-        if now + RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
+        if now + 1.5 * RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
             self._lose(holding, reason)
             return
         if isinstance(exc, LockBackendError):

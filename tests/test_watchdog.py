@@ -235,13 +235,14 @@ def test_a_shorter_extend_is_the_lease_the_watchdog_renews(
     kind: str, other_thread: OtherThread
 ) -> None:
     make, rival = _factories()[kind]
-    primitive = make(timeout=3)
+    primitive = make(timeout=6)
     with primitive:
-        primitive.extend(0.6)
-        deadline = time.monotonic() + 1.5  # past the old schedule's first renewal (1 s)
+        # a lease of 1.2 s, renewed every 0.4 s (0.6 s was too short for a slow VM)
+        primitive.extend(1.2)
+        deadline = time.monotonic() + 2.5  # past the old schedule's first renewal (2 s)
         while time.monotonic() < deadline:
             assert primitive.owned()
-            assert lease_left(primitive) <= 0.6
+            assert lease_left(primitive) <= 1.2
             time.sleep(0.05)
         assert other_thread(rival().acquire, blocking=False) is False
         assert primitive.owned()
