@@ -70,6 +70,9 @@ def database_from_url(url: str) -> dict[str, object]:
         "PASSWORD": unquote(parsed.password or ""),
         "HOST": parsed.hostname or "",
         "PORT": str(parsed.port or ""),
+        # Django's default is "test_" + NAME; two runs at once need two names
+        # (scripts/matrix runs beside scripts/test in CI).
+        "TEST": {"NAME": os.environ.get("REDISLOCK_TEST_DATABASE") or None},
     }
 
 
