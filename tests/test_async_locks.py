@@ -221,9 +221,11 @@ def test_signals_and_fencing(path: str) -> None:
 
 def test_watchdog_renews_async_holds(path: str) -> None:
     async def main() -> None:
-        lock = AsyncLock("long", timeout=0.6)
+        # a 1.2 s lease: a 0.6 s one was lost in CI when a loaded VM held up
+        # one 0.2 s renewal past the lease's end
+        lock = AsyncLock("long", timeout=1.2)
         async with lock:
-            await asyncio.sleep(2.0)  # more than three leases
+            await asyncio.sleep(4.0)  # more than three leases
             assert await lock.owned()
 
     run(main())

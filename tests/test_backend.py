@@ -17,6 +17,10 @@ from tests.servers import RedisServer, free_port
 from tests.settings import redis_cache
 
 SOCKET_TIMEOUT = 0.5
+#: How soon an unreachable or hung server must be reported: a socket timeout,
+#: redis-py's one retry and a loaded 2-core machine's scheduling (CI saw 1.65 s),
+#: and still far below the 10 s a default acquire would otherwise wait.
+REPORTED_WITHIN = 5 * SOCKET_TIMEOUT
 
 
 @contextmanager
@@ -34,7 +38,7 @@ def test_refused_connection_raises_backend_error_quickly() -> None:
     assert isinstance(info.value.__cause__, redis.ConnectionError)
     assert info.value.name == "down"
     assert "unreachable" in str(info.value)
-    assert elapsed < 3 * SOCKET_TIMEOUT
+    assert elapsed < REPORTED_WITHIN
 
 
 class PoolOfOurOwn(redis.ConnectionPool):
@@ -75,7 +79,7 @@ def test_server_that_stops_answering_raises_backend_error_within_socket_timeout(
         finally:
             server.process.send_signal(signal.SIGCONT)
     assert isinstance(info.value.__cause__, redis.TimeoutError | redis.ConnectionError)
-    assert elapsed < 3 * SOCKET_TIMEOUT
+    assert elapsed < REPORTED_WITHIN
 
 
 def test_async_lock_on_a_hung_server_raises_backend_error_within_socket_timeout(
@@ -102,7 +106,7 @@ def test_async_lock_on_a_hung_server_raises_backend_error_within_socket_timeout(
     with cache_at(server.url, SOCKET_TIMEOUT=SOCKET_TIMEOUT, SOCKET_CONNECT_TIMEOUT=SOCKET_TIMEOUT):
         elapsed, cause = asyncio.run(main())
     assert isinstance(cause, redis.TimeoutError | redis.ConnectionError)
-    assert elapsed < 3 * SOCKET_TIMEOUT
+    assert elapsed < REPORTED_WITHIN
 
 
 @pytest.fixture
