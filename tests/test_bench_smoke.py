@@ -52,12 +52,18 @@ def test_quick_bench_of_every_library() -> None:
             assert row["redis_calls_per_cycle"].get("evalsha", 0) >= 1, lib  # every release
     contended = data["contended"]
     assert set(contended) == set(LIBRARIES) - {"raw"}  # the floor has no fair wait to measure
-    for modes in contended.values():
+    for lib, modes in contended.items():
         assert set(modes) == {"polite", "greedy"}
         for mode in modes.values():
             assert mode["violations"] == 0
             assert mode["acquisitions"] > 0
-            assert mode["p50_ms"] is not None
+            # A peer that sleeps between tries (redis-py's sleep=0.1) may hand
+            # over no lock in a 0.3 s run on a loaded machine: no gap to report.
+            # Ours wakes the next waiter on every release.
+            if lib == "redislock":
+                assert mode["p50_ms"] is not None
+            else:
+                assert mode["p50_ms"] is None or mode["p50_ms"] >= 0, lib
 
     text = render(data)
     per_use, reused = text.index("Per use ("), text.index("Reused (")
@@ -99,10 +105,9 @@ def test_script_cost_probe_runs_every_contender_on_its_fast_path(mode: str) -> N
     assert data["mode"] == mode
     groups = data["groups"]
     # Redis 7 and Valkey 8 have FUNCTION; the FCALL contender runs the same scripts
-    assert list(groups["Lock"]) == ["floor", "least fair fenced", "Lock", "Lock (FCALL)"]
-    assert list(groups["Semaphore"]) == [
-        "floor", "least scripted", "least fair fenced", "Semaphore"
-    ]  # fmt: skip
+    contenders = ["floor", "least scripted", "least fair fenced"]
+    assert list(groups["Lock"]) == [*contenders, "Lock", "Lock (FCALL)"]
+    assert list(groups["Semaphore"]) == [*contenders, "Semaphore"]
     for contenders in groups.values():
         assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)
         for name, row in contenders.items():
