@@ -10,6 +10,9 @@ time counts, never the client's. Two groups, each against its own floor:
 ``Lock``
   - ``floor``: ``SET NX PX`` and an ``EVALSHA`` compare-and-delete, the floor
     of ``python -m bench``;
+  - ``least scripted``: an acquire script making nothing but the ``SET NX PX``
+    (no queue, no fence) and the least release below: the lower bound of any
+    lock whose acquire is a script, whatever else it keeps;
   - ``least fair fenced``: an acquire script making only the calls a fair,
     fenced acquire needs (``EXISTS`` on the queue; ``INCR`` of the fence and
     its ``PTTL``, with the ``TIME`` and ``SET`` that move it up to the clock
@@ -82,6 +85,14 @@ if redis.call('EXISTS', base .. 'queue') == 0 then
       'NX', 'PX', ARGV[2]) then
     return fence
   end
+end
+return 0
+"""
+
+#: The least any scripted acquire does: take a free lock, nothing else.
+LEAST_SCRIPTED_ACQUIRE = """
+if redis.call('SET', KEYS[1], ARGV[1] .. ':1', 'NX', 'PX', ARGV[2]) then
+  return 1
 end
 return 0
 """
@@ -175,12 +186,17 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
         since_ms=int(time.time() * 1000), waiter_ttl_ms=6000, stats_ttl_ms=86_400_000,
     )  # fmt: skip
     release_args = LOCK_RELEASE.args_of(token=token, final=1)
-    texts = (RAW_RELEASE, LEAST_ACQUIRE, LEAST_RELEASE, LOCK_ACQUIRE.text, LOCK_RELEASE.text)
+    texts = (RAW_RELEASE, LEAST_SCRIPTED_ACQUIRE, LEAST_ACQUIRE, LEAST_RELEASE)
+    texts += (LOCK_ACQUIRE.text, LOCK_RELEASE.text)
     sha = {text: client.script_load(text) for text in texts}
 
     def floor(pipe: Any, i: int) -> None:
         pipe.set(key, token, nx=True, px=lease_ms)
         pipe.evalsha(sha[RAW_RELEASE], 1, key, token)
+
+    def scripted(pipe: Any, i: int) -> None:
+        pipe.evalsha(sha[LEAST_SCRIPTED_ACQUIRE], 1, key, token, lease_ms)
+        pipe.evalsha(sha[LEAST_RELEASE], 1, key, token)
 
     def least(pipe: Any, i: int) -> None:
         pipe.evalsha(sha[LEAST_ACQUIRE], 1, key, token, lease_ms)
@@ -192,6 +208,7 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
 
     found = {
         "floor": Contender(floor, {"set": 1, "evalsha": 1}, 1),
+        "least scripted": Contender(scripted, {"evalsha": 2}, 1),
         "least fair fenced": Contender(least, {"evalsha": 2}, 1),
         "Lock": Contender(lock, {"evalsha": 2}, 0),
     }
