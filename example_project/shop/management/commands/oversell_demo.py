@@ -10,10 +10,12 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
+from multiprocessing.connection import wait
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -28,6 +30,8 @@ MODES = {"naive": "naive read-modify-write", "deduct": "deduct()"}
 LIMITS = {"workers": (1, 32), "stock": (1, 1_000_000), "attempts": (1, 1000), "think_ms": (0, 2000)}
 #: How long the workers may take to exit once the run is over.
 EXIT_SECONDS = 60
+#: How long they may take to start (each sets Django up; 32 on two cores take a while).
+START_SECONDS = 120
 
 
 @dataclass
@@ -166,7 +170,7 @@ class Command(BaseCommand):
         for proc in procs:
             proc.start()
         try:
-            barrier.wait(timeout=120)
+            self._start_together(mode, procs, barrier)
             started = time.monotonic()
             total = workers * attempts
             done = 0
@@ -203,6 +207,35 @@ class Command(BaseCommand):
             seconds=seconds,
             timeouts=int(counter.get(TIMEOUTS_KEY) or 0),
         )
+
+    def _start_together(self, mode: str, procs: list[Any], barrier: Any) -> None:
+        """Release the workers at once when all are ready. One that dies on its
+        way (an import error, a database it cannot reach) ends the run as soon
+        as it exits, with a one-line error, not after ``START_SECONDS`` with a
+        ``BrokenBarrierError``: a watcher aborts the barrier."""
+        done_r, done_w = multiprocessing.Pipe(duplex=False)
+
+        def watch() -> None:
+            if done_r not in wait([done_r, *(proc.sentinel for proc in procs)]):
+                barrier.abort()
+
+        watcher = threading.Thread(target=watch, name="oversell-demo-start", daemon=True)
+        watcher.start()
+        try:
+            barrier.wait(timeout=START_SECONDS)
+        except threading.BrokenBarrierError:
+            dead = [proc.exitcode for proc in procs if proc.exitcode is not None]
+            if not dead:
+                raise CommandError(
+                    f"The {mode} workers were not ready within {START_SECONDS} s."
+                ) from None
+            raise CommandError(
+                f"{len(dead)} {mode} worker(s) exited before the run started "
+                f"(exit code {', '.join(map(str, sorted(set(dead))))}); see the errors above."
+            ) from None
+        finally:
+            done_w.send(None)
+            watcher.join()
 
     def _progress(self, label: str, done: int, total: int) -> None:
         width = 30
