@@ -17,6 +17,9 @@ uncontended cycle, in the same process and interleaved rounds:
   lock key, in this process only): the library's own Python, without a round
   trip (its counters still reach Redis in the background flush, once a second,
   as any ``Lock``'s do);
+- ``redis-py Lock, canned replies``: redis-py's ``Lock`` per use on a client
+  whose ``SET`` and ``EVALSHA`` are answered at once (``execute_command``
+  overridden): its own Python, to set beside ``Lock``'s;
 - ``floor + Lock canned``: one floor cycle, then one canned ``Lock`` cycle:
   what that Python costs in wall time when it runs between real round trips,
   as it does in a real ``Lock`` cycle.
@@ -24,7 +27,7 @@ uncontended cycle, in the same process and interleaved rounds:
 Reported per contender: the median over rounds of the µs per cycle and, as
 ``python -m bench`` reports ``x raw``, the median over rounds of the floor's
 µs per cycle divided by the contender's in the same round (a cycles/s ratio;
-none for the canned cycle, which has no round trip to compare). Then
+none for the canned cycles, which have no round trip to compare). Then
 ``Lock``'s gap to the floor, split into its commands' share (scripts bare -
 floor), its own Python's between round trips (floor + canned - floor) and
 what is left (noise, mostly); and that Python's cost on its own (canned).
@@ -49,6 +52,8 @@ from bench.workers import setup_django
 
 #: The name whose script calls get canned replies.
 CANNED = "bench:client-cost:canned"
+#: The contenders that make no round trip (no ratio to the floor).
+CANNED_CYCLES = ("Lock, canned replies", "redis-py Lock, canned replies")
 #: What the acquire script answers when it takes a free lock: a fencing token.
 CANNED_FENCE = 1_732_000_000_000_000
 
@@ -87,6 +92,21 @@ def canned_key() -> bytes:
 
     key: bytes = Lock(CANNED)._resolve().keys_for(LOCK_ACQUIRE)[0]
     return key
+
+
+def canned_redispy(client: Any) -> Callable[[], None]:
+    """redis-py's ``Lock`` per use, every command answered at once as a free
+    lock's would be: ``SET NX`` took it, the release script freed it."""
+    replies = {"SET": True, "EVALSHA": 1}
+
+    class Canned(type(client)):  # type: ignore[misc]
+        def execute_command(self, *args: Any, **options: Any) -> Any:
+            if args[0] in replies:
+                return replies[args[0]]
+            return super().execute_command(*args, **options)
+
+    canned = Canned(connection_pool=client.connection_pool)
+    return _redispy_per_use(0.1)(canned, "bench:client-cost:redispy-canned")
 
 
 def contenders(client: Any) -> dict[str, Callable[[], None]]:
@@ -128,6 +148,7 @@ def contenders(client: Any) -> dict[str, Callable[[], None]]:
         "Lock's scripts, bare": bare,
         "Lock": lock,
         "Lock, canned replies": canned,
+        "redis-py Lock, canned replies": canned_redispy(client),
         "floor + Lock canned": floor_then_canned,
     }
 
@@ -152,7 +173,7 @@ def summarize(per_round: dict[str, list[float]]) -> dict[str, Any]:
     floor = median["floor"]
 
     def x_floor(name: str) -> float | None:
-        if name == "Lock, canned replies":
+        if name in CANNED_CYCLES:
             return None
         pairs = zip(per_round["floor"], per_round[name], strict=True)
         return statistics.median(f / us for f, us in pairs)
@@ -171,6 +192,7 @@ def summarize(per_round: dict[str, list[float]]) -> dict[str, Any]:
             "rest": gap - commands - python,
         },
         "own_python_alone_us": median["Lock, canned replies"],
+        "redispy_python_alone_us": median["redis-py Lock, canned replies"],
     }
 
 
@@ -184,6 +206,9 @@ def render(summary: dict[str, Any], server: str, rounds: int, n: int) -> str:
     for name, us in summary["split_us"].items():
         lines.append(f"  {name:58s} {us:7.1f} us")
     lines.append(f"Lock's own Python alone (canned): {summary['own_python_alone_us']:.1f} us")
+    lines.append(
+        f"redis-py Lock's own Python alone (canned): {summary['redispy_python_alone_us']:.1f} us"
+    )
     return "\n".join(lines) + "\n"
 
 

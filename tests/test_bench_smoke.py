@@ -123,15 +123,16 @@ def test_client_cost_probe_splits_the_gap_to_the_floor() -> None:
     rows = data["contenders"]
     assert list(rows) == [
         "floor", "redis-py Lock", "Lock's scripts, bare", "Lock", "Lock, canned replies",
-        "floor + Lock canned",
+        "redis-py Lock, canned replies", "floor + Lock canned",
     ]  # fmt: skip
     assert rows["floor"]["x_floor"] == pytest.approx(1.0)
-    assert rows["Lock, canned replies"]["x_floor"] is None  # no round trip to compare
+    for canned in ("Lock, canned replies", "redis-py Lock, canned replies"):
+        assert rows[canned]["x_floor"] is None  # no round trip to compare
+        assert rows[canned]["median_us"] < rows["floor"]["median_us"]
     for name, row in rows.items():
         assert row["median_us"] > 0, name
-    # the canned cycle makes no round trip: faster than the floor's two
-    assert rows["Lock, canned replies"]["median_us"] < rows["floor"]["median_us"]
     assert data["own_python_alone_us"] == rows["Lock, canned replies"]["median_us"]
+    assert data["redispy_python_alone_us"] == rows["redis-py Lock, canned replies"]["median_us"]
     split = data["split_us"]
     assert list(split) == [
         "commands (scripts bare - floor)",
