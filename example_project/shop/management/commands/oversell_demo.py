@@ -224,7 +224,8 @@ class Command(BaseCommand):
         try:
             barrier.wait(timeout=START_SECONDS)
         except threading.BrokenBarrierError:
-            dead = [proc.exitcode for proc in procs if proc.exitcode is not None]
+            # the workers the abort let go exit 0, maybe already
+            dead = [proc.exitcode for proc in procs if proc.exitcode]
             if not dead:
                 raise CommandError(
                     f"The {mode} workers were not ready within {START_SECONDS} s."
