@@ -118,6 +118,8 @@ class RedisServer:
     def __init__(self, port: int | None = None, args: Sequence[str] = ()) -> None:
         if REDIS_SERVER is None:
             raise RuntimeError(f"{SERVER_KIND}-server is not installed")
+        #: Whether the port may not change: given, or used once (a restart keeps it)
+        self.port_fixed = port is not None
         self.port = port or free_port()
         self.args = list(args)
         self.dir = Path(tempfile.mkdtemp(prefix=f"redislock-redis-{self.port}-"))
@@ -128,6 +130,22 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        """Start it, on a new free port while another process's server holds
+        this one (CI runs two test runs at once, each picking free ports: a
+        PING answered by the other run's server would have the tests flush it)."""
+        for _ in range(5):
+            self._launch()
+            if self._answering_is_ours():
+                self.port_fixed = True
+                return self
+            self.kill()  # it could not bind the port (keeps its dir for the next try)
+            if self.port_fixed:
+                break
+            self.port = free_port()
+        self.stop()
+        raise RuntimeError(f"port {self.port} is held by another server than ours")
+
+    def _launch(self) -> None:
         assert REDIS_SERVER is not None
         command = [
             REDIS_SERVER,
@@ -146,7 +164,11 @@ class RedisServer:
         except Exception:
             self.stop()
             raise
-        return self
+
+    def _answering_is_ours(self) -> bool:
+        assert self.process is not None
+        with self.client() as client:
+            return int(client.info("server")["process_id"]) == self.process.pid
 
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis.from_url(self.url, **kwargs)  # type: ignore[arg-type]

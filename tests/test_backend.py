@@ -45,6 +45,28 @@ class PoolOfOurOwn(redis.ConnectionPool):
     pass
 
 
+def test_the_rig_never_takes_another_process_s_server_for_its_own(
+    redis_server_factory: Callable[..., RedisServer],
+) -> None:
+    """CI runs two test runs at once: a port picked free may be taken by the
+    other run's server before ours binds it, and a PING answered there had the
+    tests flush the other run's data. The rig moves to another port instead,
+    and never moves a server that had started (its URL is in use)."""
+    theirs = redis_server_factory()
+    theirs.client().set("theirs", "1")
+    ours = RedisServer()
+    ours.port = theirs.port  # what a race with the other run looks like
+    ours.start()
+    try:
+        assert ours.port != theirs.port
+        assert ours.client().info("server")["process_id"] == ours.process.pid  # type: ignore[union-attr]
+        assert theirs.client().get("theirs") == b"1"
+    finally:
+        ours.stop()
+    with pytest.raises(RuntimeError, match="held by another server"):
+        RedisServer(port=theirs.port).start()
+
+
 def test_a_server_on_a_stopped_servers_port_gets_a_pool_of_its_own_settings(
     redis_server_factory: Callable[..., RedisServer],
 ) -> None:
