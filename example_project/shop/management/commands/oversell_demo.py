@@ -212,31 +212,46 @@ class Command(BaseCommand):
         """Release the workers at once when all are ready. One that dies on its
         way (an import error, a database it cannot reach) ends the run as soon
         as it exits, with a one-line error, not after ``START_SECONDS`` with a
-        ``BrokenBarrierError``: a watcher aborts the barrier."""
+        ``BrokenBarrierError``: a watcher aborts the barrier. A worker that
+        exits 0 got past the barrier (it may be done already): no abort."""
         done_r, done_w = multiprocessing.Pipe(duplex=False)
+        died = threading.Event()
 
         def watch() -> None:
-            if done_r not in wait([done_r, *(proc.sentinel for proc in procs)]):
-                barrier.abort()
+            waiting = {proc.sentinel: proc for proc in procs}
+            while waiting:
+                ready = wait([done_r, *waiting])
+                if done_r in ready:
+                    return
+                for sentinel in ready:
+                    proc = waiting.pop(sentinel)
+                    proc.join()
+                    if proc.exitcode:
+                        died.set()
+                        barrier.abort()
+                        return
 
         watcher = threading.Thread(target=watch, name="oversell-demo-start", daemon=True)
         watcher.start()
         try:
             barrier.wait(timeout=START_SECONDS)
+            return
         except threading.BrokenBarrierError:
-            # the workers the abort let go exit 0, maybe already
-            dead = [proc.exitcode for proc in procs if proc.exitcode]
-            if not dead:
-                raise CommandError(
-                    f"The {mode} workers were not ready within {START_SECONDS} s."
-                ) from None
-            raise CommandError(
-                f"{len(dead)} {mode} worker(s) exited before the run started "
-                f"(exit code {', '.join(map(str, sorted(set(dead))))}); see the errors above."
-            ) from None
+            pass
         finally:
             done_w.send(None)
             watcher.join()
+        if not died.is_set():
+            raise CommandError(f"The {mode} workers were not ready within {START_SECONDS} s.")
+        deadline = time.monotonic() + EXIT_SECONDS  # the others, let go by the abort, exit
+        for proc in procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        codes = sorted({proc.exitcode for proc in procs if proc.exitcode})
+        dead = sum(1 for proc in procs if proc.exitcode)
+        raise CommandError(
+            f"{dead} {mode} worker(s) exited before the run started "
+            f"(exit code {', '.join(map(str, codes))}); see the errors above."
+        )
 
     def _progress(self, label: str, done: int, total: int) -> None:
         width = 30
