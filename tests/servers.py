@@ -133,16 +133,16 @@ class RedisServer:
         """Start it, on a new free port while another process's server holds
         this one (CI runs two test runs at once, each picking free ports: a
         PING answered by the other run's server would have the tests flush it)."""
-        for _ in range(5):
+        for attempt in range(5):
+            if attempt:
+                self.port = free_port()
             self._launch()
             if self._answering_is_ours():
                 self.port_fixed = True
                 return self
-            self.kill()  # it could not bind the port (keeps its dir for the next try)
+            self.kill()  # it could not bind the port; its dir stays, for a later start
             if self.port_fixed:
                 break
-            self.port = free_port()
-        self.stop()
         raise RuntimeError(f"port {self.port} is held by another server than ours")
 
     def _launch(self) -> None:
@@ -166,9 +166,14 @@ class RedisServer:
             raise
 
     def _answering_is_ours(self) -> bool:
+        """Whether the server answering on the port is the one launched: not
+        when another's answered the PING, or stopped answering since."""
         assert self.process is not None
-        with self.client() as client:
-            return int(client.info("server")["process_id"]) == self.process.pid
+        try:
+            with self.client(socket_timeout=5) as client:
+                return int(client.info("server")["process_id"]) == self.process.pid
+        except (redis.RedisError, OSError, KeyError, ValueError):
+            return False
 
     def client(self, **kwargs: object) -> redis.Redis:
         return redis.Redis.from_url(self.url, **kwargs)  # type: ignore[arg-type]
