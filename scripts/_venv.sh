@@ -5,7 +5,7 @@ VENV="${VENV:-$PWD/.venv}"
 if [ ! -x "$VENV/bin/python" ]; then
   PY=""
   for candidate in python3.13 python3.12 python3.11 python3.10 python3; do
-    for path in $(command -v -a "$candidate" 2>/dev/null) /root/.pyenv/versions/*/bin/"$candidate"; do
+    for path in $(type -ap "$candidate") /root/.pyenv/versions/*/bin/"$candidate"; do
       if [ -x "$path" ] && "$path" -c 'import sys, venv; assert sys.version_info >= (3, 10)' 2>/dev/null; then
         PY="$path"; break 2
       fi
