@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.client_cost import CANNED_CYCLES
 from bench.libs import LIBRARIES
 from bench.report import render
 from tests.servers import REDIS_SERVER
@@ -105,9 +106,9 @@ def test_script_cost_probe_runs_every_contender_on_its_fast_path(mode: str) -> N
     assert data["mode"] == mode
     groups = data["groups"]
     # Redis 7 and Valkey 8 have FUNCTION; the FCALL contender runs the same scripts
-    contenders = ["floor", "least scripted", "least fair fenced"]
-    assert list(groups["Lock"]) == [*contenders, "Lock", "Lock (FCALL)"]
-    assert list(groups["Semaphore"]) == [*contenders, "Semaphore"]
+    shared = ["floor", "least scripted", "least fair fenced"]
+    assert list(groups["Lock"]) == [*shared, "Lock", "Lock (FCALL)"]
+    assert list(groups["Semaphore"]) == [*shared, "Semaphore"]
     for contenders in groups.values():
         assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)
         for name, row in contenders.items():
@@ -126,7 +127,7 @@ def test_client_cost_probe_splits_the_gap_to_the_floor() -> None:
         "redis-py Lock, canned replies", "floor + Lock canned",
     ]  # fmt: skip
     assert rows["floor"]["x_floor"] == pytest.approx(1.0)
-    for canned in ("Lock, canned replies", "redis-py Lock, canned replies"):
+    for canned in CANNED_CYCLES:
         assert rows[canned]["x_floor"] is None  # no round trip to compare
         assert rows[canned]["median_us"] < rows["floor"]["median_us"]
     for name, row in rows.items():
