@@ -59,7 +59,7 @@ def _make_redis_py_flow() -> Any:
     """deduct()'s flow, write for write, with redis-py's Lock instead of ours."""
     from django.db import connection, transaction
 
-    from django_redislock.backend import get_client
+    from django_redislock.backend.client import get_client
     from django_redislock.models import _update_returning_sql
     from tests.models import Item
 
@@ -173,7 +173,7 @@ def main() -> None:
     server = None
     redis_url = os.environ.get("REDIS_URL")
     if not redis_url:
-        from tests.servers import RedisServer
+        from tests.support.servers import RedisServer
 
         server = RedisServer().start()
         redis_url = server.url

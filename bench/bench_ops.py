@@ -3,7 +3,7 @@
     .venv/bin/python bench/bench_ops.py [--locks 100000]
 
 Starts a private redis-server, writes the locks with a pipeline (the lock
-value format of ``scripts/_lock_value.lua``), then times ``locks list --json``
+value format of ``backend/scripts/_lock_value.lua``), then times ``locks list --json``
 and ``locks clear --all`` and reads SLOWLOG (threshold 1 ms) to show that no
 single command they sent blocked the server. Also measures what the usage
 counters (``REDISLOCK['STATS']``) cost on uncontended acquire/release cycles.
@@ -61,7 +61,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5, help="Alternating off/on rounds.")
     options = parser.parse_args()
 
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     server = None
     url = os.environ.get("REDIS_URL")
@@ -76,7 +76,7 @@ def main() -> None:
     import redis
     from django.core.management import call_command
 
-    from tests import lockfill
+    from tests.support import lockfill
 
     client = redis.Redis.from_url(url)
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.servers import RedisServer
+from tests.support.servers import RedisServer
 
 ALIASES = ["redlock0", "redlock1", "redlock2"]
 

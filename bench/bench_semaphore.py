@@ -168,7 +168,7 @@ class Samples:
 
 def measure(options: argparse.Namespace) -> dict[str, Samples]:
     """Interleaved blocks of every contender on a private redis-server."""
-    from tests.servers import RedisServer
+    from tests.support.servers import RedisServer
 
     with RedisServer() as server:
         configure(server.url)

@@ -62,7 +62,7 @@ CANNED_FENCE = 1_732_000_000_000_000
 def canned_replies(canned_key: bytes) -> Iterator[None]:
     """Answer the script calls on ``canned_key`` (a lock key) at once, as a
     free lock's would be answered; every other call goes to Redis as before."""
-    from django_redislock import scripts
+    from django_redislock.backend import scripts
 
     real = scripts.Script.__call__
     replies = {
@@ -88,7 +88,7 @@ def canned_replies(canned_key: bytes) -> Iterator[None]:
 def canned_key() -> bytes:
     """The lock key ``CANNED``'s scripts are sent, as ``Lock`` sends it."""
     from django_redislock import Lock
-    from django_redislock.scripts import LOCK_ACQUIRE
+    from django_redislock.backend.scripts import LOCK_ACQUIRE
 
     key: bytes = Lock(CANNED)._resolve().keys_for(LOCK_ACQUIRE)[0]
     return key
@@ -111,9 +111,9 @@ def canned_redispy(client: Any) -> Callable[[], None]:
 
 def contenders(client: Any) -> dict[str, Callable[[], None]]:
     from django_redislock import Lock
-    from django_redislock.base import WAITER_GRACE_MS
-    from django_redislock.holding import holder_description
-    from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE
+    from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE
+    from django_redislock.holds.holding import holder_description
+    from django_redislock.primitives.base import WAITER_GRACE_MS
 
     floor = _raw_per_use(client, "bench:client-cost:floor")
     redispy = _redispy_per_use(0.1)(client, "bench:client-cost:redispy")
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cycles", type=int, default=2000, help="cycles per contender and round")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    from tests.servers import RedisServer, server_name
+    from tests.support.servers import RedisServer, server_name
 
     with RedisServer() as server:
         setup_django(server.url)

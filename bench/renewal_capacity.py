@@ -74,7 +74,7 @@ def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any
     """Hold ``count`` leases of ``lease`` seconds for ``hold`` seconds; what lapsed."""
     from django_redislock import Lock, LockLostError
     from django_redislock import signals as lock_signals
-    from django_redislock.watchdog import watchdog
+    from django_redislock.holds.watchdog import watchdog
 
     prefix = f"bench:renewal:{count}:{time.monotonic_ns()}"
     lost: set[str] = set()
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hold", type=float, default=6.0, help="how long they are held (s)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
-    from tests.servers import RedisServer, server_name
+    from tests.support.servers import RedisServer, server_name
 
     # Each lapsed lease is a WARNING; a lapsed run would print thousands of them.
     logging.getLogger("django_redislock").setLevel(logging.ERROR)

@@ -140,7 +140,7 @@ def _get(results: Any, workers: list[Any], timeout: float) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    from tests.servers import REDIS_SERVER, SERVER_KIND, RedisServer
+    from tests.support.servers import REDIS_SERVER, SERVER_KIND, RedisServer
 
     if REDIS_SERVER is None:  # the bench starts its own; it never uses a shared one
         print(

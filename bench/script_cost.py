@@ -48,7 +48,7 @@ trip per command, as the benches send them (what their targets are measured
 on). Reported per contender: the minimum and the median over rounds of the
 server's µs per cycle, and their ratios to the floor's minimum and median
 (the minimum is the steadier one on a shared machine: noise only adds).
-``REDISLOCK_SERVER=valkey`` runs it on ``valkey-server`` (``tests/servers.py``).
+``REDISLOCK_SERVER=valkey`` runs it on ``valkey-server`` (``tests/support/servers.py``).
 
     python -m bench.script_cost [--rounds 60] [--cycles 1000] [--sequential] [--json]
 """
@@ -164,7 +164,7 @@ class Contender:
 def functions_library(bodies: dict[str, str]) -> str:
     """The scripts as one Functions library: the preludes once, at load, and
     each script's body as a function of ``KEYS`` and ``ARGV``."""
-    from django_redislock.scripts import _PRELUDES, PRELUDE_MARK, _preludes_for, _read
+    from django_redislock.backend.scripts import _PRELUDES, PRELUDE_MARK, _preludes_for, _read
 
     used = {name for body in bodies.values() for name in _preludes_for(body)}
     parts = ["#!lua name=redislock_script_cost", *(_read(p) for p in _PRELUDES if p in used)]
@@ -176,7 +176,7 @@ def functions_library(bodies: dict[str, str]) -> str:
 
 def lock_contenders(client: Any) -> dict[str, Contender]:
     """The floor, the least fair fenced lock, and ``Lock``'s scripts (``EVALSHA``, ``FCALL``)."""
-    from django_redislock.scripts import LOCK_ACQUIRE, LOCK_RELEASE, _read
+    from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, _read
 
     lease_ms = LEASE_SECONDS * 1000
     key = "redislock:{bench:script-cost}:lock"
@@ -234,7 +234,7 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
 def semaphore_contenders(client: Any) -> dict[str, Contender]:
     """The floor of ``bench/bench_semaphore.py`` (a bare ``ZADD`` and ``ZREM``),
     the least scripted semaphore, the least fair fenced one, and ``Semaphore``'s scripts."""
-    from django_redislock.scripts import PERMIT_RELEASE, SEMAPHORE_ACQUIRE
+    from django_redislock.backend.scripts import PERMIT_RELEASE, SEMAPHORE_ACQUIRE
 
     lease_ms = LEASE_SECONDS * 1000
     token = secrets.token_hex(16)
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         help="one round trip per command, as python -m bench sends them, instead of pipelined",
     )
     args = parser.parse_args(argv)
-    from tests.servers import RedisServer, server_name
+    from tests.support.servers import RedisServer, server_name
 
     with RedisServer() as server:
         client = server.client()

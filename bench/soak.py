@@ -106,7 +106,7 @@ def main() -> int:
     server = None
     url = options.redis_url
     if url is None:
-        from tests.servers import RedisServer
+        from tests.support.servers import RedisServer
 
         server = RedisServer().start()
         url = server.url

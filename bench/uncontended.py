@@ -70,7 +70,7 @@ def flush_tallies() -> None:
     during whichever library's block was running then."""
     from django.apps import apps
 
-    from django_redislock import counters
+    from django_redislock.holds import counters
 
     counters.flush()
     recorder = getattr(apps.get_app_config("django_redislock"), "hot_recorder", None)

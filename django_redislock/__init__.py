@@ -6,10 +6,9 @@ models, so ``from django_redislock import Lock`` works before apps are ready.
 
 from __future__ import annotations
 
-from .async_locks import AsyncLock
-from .commands import ALREADY_RUNNING, single_run
-from .decorators import require_lock
-from .exceptions import (
+from django_redislock.backend.values import HolderInfo
+from django_redislock.decorators import require_lock
+from django_redislock.exceptions import (
     InsufficientStock,
     LockBackendError,
     LockBackendTimeout,
@@ -18,13 +17,14 @@ from .exceptions import (
     LockNotOwnedError,
     LockTimeout,
 )
-from .fencing import FenceField, fenced_update
-from .locks import Lock
-from .multilock import MultiLock
-from .redlock import Redlock
-from .rwlock import AsyncReadWriteLock, ReadWriteLock
-from .semaphores import AsyncSemaphore, Semaphore
-from .state import HolderInfo
+from django_redislock.fencing import FenceField, fenced_update
+from django_redislock.primitives.async_lock import AsyncLock
+from django_redislock.primitives.lock import Lock
+from django_redislock.primitives.multilock import MultiLock
+from django_redislock.primitives.redlock.lock import Redlock
+from django_redislock.primitives.rwlock import AsyncReadWriteLock, ReadWriteLock
+from django_redislock.primitives.semaphore import AsyncSemaphore, Semaphore
+from django_redislock.single_run import ALREADY_RUNNING, single_run
 
 __all__ = [
     "ALREADY_RUNNING",

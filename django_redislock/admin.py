@@ -22,10 +22,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 
-from . import audit, backend, charts, dashboard, inspection
-from .conf import get_settings
-from .models import HeldLock
-from .ops import OpsError, Page, check_name_arg, connect, describe_error
+from django_redislock.backend import client as backend
+from django_redislock.conf import get_settings
+from django_redislock.models import HeldLock
+from django_redislock.ops import audit, charts, dashboard, inspection
+from django_redislock.ops.common import OpsError, Page, check_name_arg, connect, describe_error
 
 #: Rows per dashboard page.
 PER_PAGE = 100

@@ -10,7 +10,7 @@ class RedisLockConfig(AppConfig):
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:
-        from . import checks  # noqa: F401 - registers the system checks
-        from .hot import install
+        from django_redislock import checks  # noqa: F401 - registers the system checks
+        from django_redislock.ops.history import install
 
         self.hot_recorder = install()

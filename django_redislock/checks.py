@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 
-from .conf import DEFAULTS, validate
+from django_redislock.conf import DEFAULTS, validate
 
 REDIS_BACKENDS = (
     "django_redis.cache.RedisCache",
@@ -79,7 +79,7 @@ def _shard_problem(alias: str, config: Any) -> CheckMessage | None:
 
 def _url_options(location: object) -> dict[str, str]:
     """The query of a cache's (first) LOCATION URL, as redis-py's ``from_url`` reads it."""
-    from .redlock_servers import first_url
+    from django_redislock.primitives.redlock.servers import first_url
 
     first = first_url(location)
     if first is None:
@@ -114,7 +114,7 @@ def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
         suggestion = ", ".join(f"{k!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
     if not missing:
         return None
-    from .bounds import default_socket_timeout
+    from django_redislock.engine.bounds import default_socket_timeout
 
     default = default_socket_timeout(None)
     until = (
@@ -134,7 +134,7 @@ def _sqlite_problem() -> CheckMessage | None:
     """SQLite with ATOMIC_REQUESTS and concurrent deductions: "database is locked"."""
     from django.apps import apps
 
-    from .models import InventoryMixin
+    from django_redislock.models import InventoryMixin
 
     if not any(issubclass(m, InventoryMixin) for m in apps.get_models()):
         return None
@@ -159,7 +159,7 @@ def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:
         return None
     from django.core.exceptions import ImproperlyConfigured
 
-    from .cluster import cluster_kwargs, parse_startup_nodes
+    from django_redislock.cluster import cluster_kwargs, parse_startup_nodes
 
     try:
         parse_startup_nodes(config.get("LOCATION") or [])
@@ -252,7 +252,7 @@ def _redlock_lease_problem(timeout: Any) -> CheckMessage | None:
     """A default lease a ``Lock`` can use (E006 allows 1 ms) but a ``Redlock``
     cannot: its drift allowance leaves it nothing. Caught here, not at the
     first acquire of a ``Redlock`` without a timeout of its own."""
-    from .quorum import MIN_LEASE
+    from django_redislock.primitives.redlock.quorum import MIN_LEASE
 
     if isinstance(timeout, bool) or not isinstance(timeout, int | float):
         return None  # E006's
@@ -269,8 +269,8 @@ def _redlock_lease_problem(timeout: Any) -> CheckMessage | None:
 
 def _namespace_problem(aliases: Any, key_prefix: Any) -> CheckMessage | None:
     """REDLOCK aliases whose caches put keys in different namespaces."""
-    from .backend import cache_suffix
-    from .redlock_servers import namespace_clash
+    from django_redislock.backend.client import cache_suffix
+    from django_redislock.primitives.redlock.servers import namespace_clash
 
     caches = getattr(settings, "CACHES", {})
     configs = [(a, caches.get(a)) for a in aliases]
@@ -292,7 +292,7 @@ def _namespace_problem(aliases: Any, key_prefix: Any) -> CheckMessage | None:
 
 def _shared_server_problem(aliases: Any) -> CheckMessage | None:
     """Two REDLOCK aliases on one server: a majority that one failure can take."""
-    from .redlock_servers import shared_server
+    from django_redislock.primitives.redlock.servers import shared_server
 
     shared = shared_server(aliases, getattr(settings, "CACHES", {}))
     if shared is None:

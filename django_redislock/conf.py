@@ -17,7 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .validation import MAX_LEASE, MIN_LEASE
+from django_redislock.validation import MAX_LEASE, MIN_LEASE
 
 DEFAULTS: dict[str, Any] = {
     "CACHE": "default",

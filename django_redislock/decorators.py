@@ -27,13 +27,13 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import BadRequest, ImproperlyConfigured
 from django.http import HttpRequest, HttpResponseBase
 
-from . import responses
-from .async_locks import AsyncLock
-from .context import describing_request
-from .exceptions import LockBackendError, LockTimeout
-from .locks import Lock
-from .transactions import hand_over
-from .validation import check_alias, check_lease, check_name, check_seconds
+from django_redislock import responses
+from django_redislock.context import describing_request
+from django_redislock.exceptions import LockBackendError, LockTimeout
+from django_redislock.primitives.async_lock import AsyncLock
+from django_redislock.primitives.lock import Lock
+from django_redislock.transactions import hand_over
+from django_redislock.validation import check_alias, check_lease, check_name, check_seconds
 
 logger = logging.getLogger(__name__)
 

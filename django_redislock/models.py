@@ -35,8 +35,8 @@ from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import F
 from django.utils.translation import gettext_lazy as _
 
-from . import transactions
-from .exceptions import InsufficientStock
+from django_redislock import transactions
+from django_redislock.exceptions import InsufficientStock
 
 __all__ = ["HeldLock", "InsufficientStock", "InventoryMixin"]
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 
-from . import signals
+from django_redislock import signals
 
 _UID = "django_redislock.otel"
 _SCOPE = "django_redislock"

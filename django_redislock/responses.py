@@ -26,9 +26,10 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase, JsonResponse
 
-from . import backend, counters
-from .conf import get_settings
-from .exceptions import LockBackendError, LockTimeout
+from django_redislock.backend import client as backend
+from django_redislock.conf import get_settings
+from django_redislock.exceptions import LockBackendError, LockTimeout
+from django_redislock.holds import counters
 
 logger = logging.getLogger(__name__)
 
@@ -153,7 +154,7 @@ def _history(name: str, using: str | None) -> tuple[float | None, int]:
     lock (``None`` when never waited for) and the number of waiters queued
     now: one round trip.
 
-    ``wait_ms`` and ``waited`` are written batched (``counters.py``): this
+    ``wait_ms`` and ``waited`` are written batched (``holds/counters.py``): this
     process's own waits not written yet are added from its tally, other
     processes' may be up to a second behind. A counters hash written before
     ``waited`` was counted has only ``contended`` to divide by.

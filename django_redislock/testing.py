@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import backend, inspection
-from .conf import get_settings
-from .transactions import release_transaction_holds
+from django_redislock.backend import client as backend
+from django_redislock.conf import get_settings
+from django_redislock.ops import inspection
+from django_redislock.transactions import release_transaction_holds
 
 __all__ = ["assert_no_locks_held", "fakeredis_caches", "release_transaction_holds"]
 

@@ -4,7 +4,7 @@
 transaction: the writes made under the lock commit only when the outermost
 ``atomic()`` block ends, and releasing before that would let the next holder
 read rows that are not committed yet. The hold still belongs to the thread
-that made it (``holders.py``), so the same thread taking the name again
+that made it (``holds/registry.py``), so the same thread taking the name again
 nests instead of waiting on it.
 """
 
@@ -18,9 +18,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .exceptions import LockBackendError, LockError, LockLostError
-from .locks import Lock
-from .multilock import MultiLock
+from django_redislock.exceptions import LockBackendError, LockError, LockLostError
+from django_redislock.primitives.lock import Lock
+from django_redislock.primitives.multilock import MultiLock
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ import unicodedata
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from .conf import LockSettings
+    from django_redislock.conf import LockSettings
 
 #: Longest accepted name, in characters. Keys stay small and readable in tools.
 MAX_NAME_LENGTH = 1024

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import redis
 
-from tests.holders import OtherThread
-from tests.servers import (
+from tests.support.other_holders import OtherThread
+from tests.support.servers import (
     REDIS_SERVER,
     SERVER_KIND,
     SERVER_KINDS,
@@ -27,7 +27,7 @@ from tests.servers import (
 )
 
 #: Multi-node fixtures (Cluster, Sentinel, Redlock servers) for the scale-out tests.
-pytest_plugins = ["tests.cluster"]
+pytest_plugins = ["tests.support.scaleout"]
 
 _session: dict[str, Any] = {}
 
@@ -131,16 +131,16 @@ def _redis_settings() -> Iterator[str]:
 BOTH_RESPONSE_MODES = frozenset(
     {
         "test_admin",
-        "test_async_locks",
+        "test_async_lock",
         "test_async_permits",
-        "test_commands",
+        "test_locks_command",
         "test_fencing",
-        "test_holders",
+        "test_holder_is_the_thread",
         "test_inspection",
-        "test_locks",
+        "test_lock",
         "test_multilock",
         "test_rwlock",
-        "test_semaphores",
+        "test_semaphore",
         "test_signals",
     }
 )
@@ -204,14 +204,14 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 def _flush_redis(_redis_settings: str) -> Iterator[None]:
     from django.apps import apps
 
-    from django_redislock import counters
+    from django_redislock.holds import counters
 
     # the per-minute history a previous test left unwritten must not land in this one's
     # Redis, nor a flush in its command counts: tests that want it call flush()
     recorder = apps.get_app_config("django_redislock").hot_recorder
     recorder.reset()
     recorder.background = False
-    # the same for a Lock's batched counters (counters.py)
+    # the same for a Lock's batched counters (holds/counters.py)
     counters.TALLY.reset()
     counters.TALLY.background = False
     client = redis.Redis.from_url(_redis_settings)
@@ -228,7 +228,7 @@ def _end_leaked_holdings() -> Iterator[None]:
     entry until the watchdog's next pass; drop it, so ``watching()`` counts only
     the next test's holds."""
     yield
-    from django_redislock.watchdog import watchdog
+    from django_redislock.holds.watchdog import watchdog
 
     with watchdog._cond:
         leaked = [ref() for ref, *_ in watchdog._watched.values()]
@@ -237,7 +237,7 @@ def _end_leaked_holdings() -> Iterator[None]:
     for holding in leaked:
         if holding is not None:
             holding.end()
-    from django_redislock import holders
+    from django_redislock.holds import registry as holders
 
     holders._threads.registry = None  # the next test's holds start from nothing
 
@@ -250,14 +250,14 @@ def _drop_leftover_cleanups() -> Iterator[None]:
     does not wait for an earlier test's. (Each test that cares checks its
     own clean-ups before it ends.)"""
     yield
-    from django_redislock import bounds
+    from django_redislock.engine import bounds
 
     bounds.janitor.drop_pending()
 
 
 @pytest.fixture
 def other_thread() -> Iterator[OtherThread]:
-    """Another holder: a thread of its own for the whole test (``tests/holders.py``)."""
+    """Another holder: a thread of its own for the whole test (``support/other_holders.py``)."""
     runner = OtherThread()
     yield runner
     runner.close()

@@ -29,7 +29,7 @@ INSTALLED_APPS = [
     "tests",
 ]
 
-#: Django 6.0+'s tasks (tests/django_tasks.py), run where they are enqueued;
+#: Django 6.0+'s tasks (tests/support/django_tasks.py), run where they are enqueued;
 #: older Django ignores the setting.
 TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
 

@@ -18,7 +18,7 @@ import pytest
 from bench.client_cost import CANNED_CYCLES
 from bench.libs import LIBRARIES
 from bench.report import render
-from tests.servers import REDIS_SERVER
+from tests.support.servers import REDIS_SERVER
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = [sys.executable, "-m", "bench"]

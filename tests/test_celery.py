@@ -20,8 +20,8 @@ import redis
 
 from django_redislock import Lock, LockTimeout
 from django_redislock import signals as lock_signals
-from tests.holders import OtherThread
-from tests.signals_helper import capture
+from tests.support.other_holders import OtherThread
+from tests.support.signals_helper import capture
 
 pytest.importorskip("celery")
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("real_redis")]
@@ -35,7 +35,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Pope
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "tests.settings"}
     log = (tmp_path_factory.mktemp("celery") / "worker.log").open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.celery_app", "worker",
+        [sys.executable, "-m", "celery", "-A", "tests.support.celery_app", "worker",
          "--pool=prefork", "--concurrency=2", "--without-heartbeat", "--without-mingle",
          "--without-gossip", "--loglevel=WARNING", "-Q", "redislock-tests"],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, text=True,
@@ -54,7 +54,7 @@ def worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[subprocess.Pope
 
 @pytest.fixture
 def tasks(worker: subprocess.Popen[str], redis_client: redis.Redis) -> object:
-    from tests import celery_app
+    from tests.support import celery_app
 
     celery_app.ping.delay()
     assert redis_client.blpop(["celery:ready"], timeout=60), "the worker did not start"

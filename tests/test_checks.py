@@ -14,8 +14,8 @@ from django.test import override_settings
 from django_redis.cache import RedisCache
 
 from django_redislock.checks import check_settings
-from tests.servers import free_port
 from tests.settings import redis_cache
+from tests.support.servers import free_port
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "checks.md"
 

@@ -13,13 +13,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_redislock import AsyncLock, Lock, LockLostError
-from django_redislock import backend as lock_backend
+from django_redislock.backend import client as lock_backend
 from django_redislock.cluster import ClusterClient, parse_startup_nodes
-from django_redislock.inspection import clear, describe, list_held
-from django_redislock.lock_steps import LockBase
-from tests.cluster import RedisClusterNodes, cluster_cache
-from tests.holders import OtherThread
-from tests.procs import processes
+from django_redislock.ops.inspection import clear, describe, list_held
+from django_redislock.primitives.lock_common import LockBase
+from tests.support.other_holders import OtherThread
+from tests.support.procs import processes
+from tests.support.scaleout import RedisClusterNodes, cluster_cache
 
 pytestmark = pytest.mark.scaleout
 
@@ -282,7 +282,7 @@ def test_a_cluster_no_node_of_which_answers_is_a_backend_error() -> None:
     cannot reach any startup node: the primitives' error is ``LockBackendError``
     all the same, as for any Redis that cannot be reached."""
     from django_redislock import LockBackendError
-    from tests.servers import free_port
+    from tests.support.servers import free_port
 
     caches = {
         "default": cluster_cache(

@@ -10,9 +10,9 @@ from django.test import override_settings
 
 from django_redislock import AsyncLock, Lock
 from django_redislock.conf import DEFAULTS, get_settings
-from django_redislock.watchdog import watchdog
-from tests.holders import OtherThread
+from django_redislock.holds.watchdog import watchdog
 from tests.settings import redis_cache
+from tests.support.other_holders import OtherThread
 
 #: Built before any override, as a module-level lock in a project would be.
 IMPORT_TIME_LOCK = Lock("import-time")

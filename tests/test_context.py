@@ -19,7 +19,7 @@ from django_redislock.context import (
     describe_holder,
     split,
 )
-from django_redislock.inspection import describe
+from django_redislock.ops.inspection import describe
 
 
 def holder_of(client: redis.Redis, name: str) -> str:

@@ -16,13 +16,13 @@ from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from django_redislock import Lock, LockBackendError, LockTimeout, require_lock
 from django_redislock import signals as lock_signals
-from tests.holders import OtherThread
-from tests.signals_helper import capture
+from tests.support.other_holders import OtherThread
+from tests.support.signals_helper import capture
 
 
 @pytest.fixture(autouse=True)
 def _views() -> Iterator[None]:
-    with override_settings(ROOT_URLCONF="tests.lock_views"):
+    with override_settings(ROOT_URLCONF="tests.support.lock_views"):
         yield
 
 
@@ -358,8 +358,8 @@ def test_workers_merging_one_machine_record_lose_nothing(
 ) -> None:
     import json
 
-    from tests.decorator_workers import merge_many
-    from tests.procs import processes
+    from tests.support.decorator_workers import merge_many
+    from tests.support.procs import processes
 
     sources = ["hardware", "services", "assets", "offline"]
     with processes(merge_many, [(7, source, 50) for source in sources]):
@@ -374,8 +374,8 @@ def test_workers_merging_one_machine_record_lose_nothing(
 
 @pytest.fixture
 def redis_down() -> Iterator[None]:
-    from tests.servers import free_port
     from tests.settings import redis_cache
+    from tests.support.servers import free_port
 
     caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
     with override_settings(CACHES=caches):
@@ -429,7 +429,7 @@ def test_bad_on_backend_error(value: object) -> None:
 
 
 def _keys(name: str) -> tuple[str, str]:
-    from django_redislock import backend
+    from django_redislock.backend import client as backend
     from django_redislock.conf import get_settings
 
     prefix = get_settings().key_prefix
@@ -522,15 +522,15 @@ def test_retry_after_follows_real_short_holds(
 @pytest.mark.parametrize("prefix", ["method", "dispatch", "function", "outer"])
 def test_drf_views_get_drf_json_for_423_and_503(held: Lock, prefix: str) -> None:
     pytest.importorskip("rest_framework")
-    with override_settings(ROOT_URLCONF="tests.drf_views"):
+    with override_settings(ROOT_URLCONF="tests.support.drf_views"):
         response = Client().get(f"/{prefix}/42/")
         assert response.status_code == 423
         assert response["Content-Type"] == "application/json"
         assert response.json() == {"detail": "sku:42 is busy; try again shortly."}
         assert 1 <= int(response["Retry-After"]) <= 20
         assert Client().get(f"/{prefix}/43/").json() == {"ok": True}
-        from tests.servers import free_port
         from tests.settings import redis_cache
+        from tests.support.servers import free_port
 
         caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
         with override_settings(CACHES=caches):
@@ -551,7 +551,7 @@ def test_plain_views_keep_plain_text_with_drf_imported(held: Lock) -> None:
 
 @pytest.fixture
 def release_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    from django_redislock import locks
+    from django_redislock.primitives import lock as locks
 
     class Down:
         """The release script (its call spec too), but Redis is gone when it runs."""

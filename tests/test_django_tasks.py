@@ -12,13 +12,13 @@ pytest.importorskip("django.tasks")
 pytestmark = pytest.mark.usefixtures("real_redis")
 
 from django_redislock import Lock  # noqa: E402
-from tests.gauge import Gauge  # noqa: E402
-from tests.holders import OtherThread  # noqa: E402
-from tests.procs import CTX, processes  # noqa: E402
+from tests.support.gauge import Gauge  # noqa: E402
+from tests.support.other_holders import OtherThread  # noqa: E402
+from tests.support.procs import CTX, processes  # noqa: E402
 
 
 def enqueue_imports(gauge: Gauge, start: Any, feed: str, count: int) -> None:  # pragma: no cover
-    from tests import django_tasks
+    from tests.support import django_tasks
 
     django_tasks.GAUGE = gauge
     start.wait(60)  # all set up: enqueue at once
@@ -37,7 +37,7 @@ def test_one_task_per_name_at_a_time_across_processes() -> None:
 
 
 def test_skip_when_already_running(other_thread: OtherThread) -> None:
-    from tests import django_tasks
+    from tests.support import django_tasks
 
     held = Lock("report:monday")
     assert other_thread(held.acquire)
@@ -53,7 +53,7 @@ def test_skip_when_already_running(other_thread: OtherThread) -> None:
 def test_a_holder_enqueuing_with_the_immediate_backend_runs_instead_of_skipping() -> None:
     """As the page says: the immediate backend runs the task in the enqueuing
     thread, which already holds ``report:<day>``, and the lock is reentrant."""
-    from tests import django_tasks
+    from tests.support import django_tasks
 
     with Lock("report:friday"):
         result: Any = django_tasks.nightly_report.enqueue("friday")

@@ -15,8 +15,8 @@ from django.test import Client, override_settings
 
 from django_redislock import Lock
 from django_redislock import signals as lock_signals
-from tests.holders import OtherThread
-from tests.signals_helper import capture
+from tests.support.other_holders import OtherThread
+from tests.support.signals_helper import capture
 
 pytest.importorskip("rest_framework")
 
@@ -25,7 +25,7 @@ PAGE = Path(__file__).resolve().parent.parent / "docs" / "drf.md"
 
 @pytest.fixture(autouse=True)
 def _drf_urls() -> Iterator[None]:
-    with override_settings(ROOT_URLCONF="tests.drf_views"):
+    with override_settings(ROOT_URLCONF="tests.support.drf_views"):
         yield
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.db.models import F
 
 from django_redislock import FenceField, Lock, fenced_update
-from tests.procs import CTX, processes
+from tests.support.procs import CTX, processes
 
 pytestmark = pytest.mark.django_db
 

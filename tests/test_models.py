@@ -11,11 +11,11 @@ from django.utils.connection import ConnectionDoesNotExist
 
 from django_redislock import InsufficientStock, Lock, LockTimeout, transactions
 from django_redislock import models as inventory
-from django_redislock.watchdog import watchdog
-from tests.holders import OtherThread, refused_elsewhere
-from tests.inventory_workers import buy_carts, buy_loop, buy_on_command, buy_via_view
+from django_redislock.holds.watchdog import watchdog
 from tests.models import Gadget, Item, Order, ProxyItem, SpecialItem
-from tests.procs import CTX, processes
+from tests.support.inventory_workers import buy_carts, buy_loop, buy_on_command, buy_via_view
+from tests.support.other_holders import OtherThread, refused_elsewhere
+from tests.support.procs import CTX, processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,7 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from django_redislock import Lock, LockLostError, Semaphore, otel
-from tests.signals_helper import time_out_in_another_thread
+from tests.support.signals_helper import time_out_in_another_thread
 
 
 class Telemetry:
@@ -97,8 +97,8 @@ def test_a_real_wait_is_timed_and_a_timeout_is_counted(telemetry: Telemetry) -> 
 def test_a_lost_lease_is_counted_and_its_hold_span_says_so(
     telemetry: Telemetry, redis_client: redis.Redis
 ) -> None:
-    from django_redislock import inspection
     from django_redislock.conf import get_settings
+    from django_redislock.ops import inspection
 
     lock = Lock("otel:lost", auto_renew=False)
     lock.acquire()

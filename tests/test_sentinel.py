@@ -10,11 +10,11 @@ from django.core.checks import run_checks
 from django.test import override_settings
 
 from django_redislock import AsyncLock, Lock, LockBackendError, LockLostError
-from django_redislock import backend as lock_backend
 from django_redislock import signals as lock_signals
-from tests.cluster import SentinelGroup, wait_until
-from tests.holders import OtherThread
-from tests.signals_helper import capture
+from django_redislock.backend import client as lock_backend
+from tests.support.other_holders import OtherThread
+from tests.support.scaleout import SentinelGroup, wait_until
+from tests.support.signals_helper import capture
 
 pytestmark = pytest.mark.scaleout
 

@@ -9,8 +9,8 @@ import redis
 
 from django_redislock import Lock, LockLostError
 from django_redislock import signals as lock_signals
-from tests.holders import OtherThread
-from tests.signals_helper import capture
+from tests.support.other_holders import OtherThread
+from tests.support.signals_helper import capture
 
 
 def test_acquired_and_released_carry_name_kind_and_timings() -> None:

@@ -18,7 +18,7 @@ from django_redislock.testing import (
     fakeredis_caches,
     release_transaction_holds,
 )
-from tests.holders import OtherThread
+from tests.support.other_holders import OtherThread
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 PAGE = DOCS / "testing-your-project.md"
@@ -92,7 +92,7 @@ def _documented(marker: str, page: Path = PAGE) -> dict[str, Any]:
 @pytest.mark.parametrize("page", [PAGE, DOCS / "api.md"], ids=lambda page: page.name)
 def test_the_documented_test_buy_passes(page: Path) -> None:
     """The page's ``test_buy``, run against a ``@require_lock("sku:<pk>")`` view."""
-    with override_settings(ROOT_URLCONF="tests.lock_views"):
+    with override_settings(ROOT_URLCONF="tests.support.lock_views"):
         _documented("def test_buy", page)["test_buy"](Client())
 
 

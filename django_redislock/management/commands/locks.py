@@ -12,10 +12,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_redislock import audit, backend, inspection
+from django_redislock.backend import client as backend
 from django_redislock.conf import get_settings
-from django_redislock.inspection import HeldInfo
-from django_redislock.ops import (
+from django_redislock.ops import audit, inspection
+from django_redislock.ops.common import (
     OpsError,
     check_kinds,
     check_name_arg,
@@ -25,6 +25,7 @@ from django_redislock.ops import (
     holder_data,
     info_data,
 )
+from django_redislock.ops.inspection import HeldInfo
 
 #: Show progress while clearing when there are more targets than this.
 PROGRESS_THRESHOLD = 1000

@@ -1,0 +1,209 @@
+"""Lua scripts, loaded from the ``.lua`` files beside this module and run by SHA.
+
+Scripts get the shared preludes (files starting with ``_``) prepended, or put
+at a ``-- @preludes`` line after a fast path, so the lock value format and the
+fair wait queue are each written once.
+
+Every script carries its call spec: the names of its ``KEYS`` and ``ARGV`` in
+order, as its header comment lists them (``-- KEYS[1] lock ...``, one per
+line; checked by ``tests/backend/test_script_specs.py``, which also fails on a script
+without one). Callers build the lists by name (``keys_of``, ``args_of``,
+``Resolved.keys_for``) instead of by position, so no caller splices an index
+and a script's arguments change in one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from importlib import resources
+from typing import Any
+
+from redis.exceptions import NoScriptError
+
+#: Where a script wants the preludes, when not at its top.
+PRELUDE_MARK = "-- @preludes\n"
+_PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua", "_stats.lua", "_handoff.lua")
+
+
+def _read(filename: str) -> str:
+    return resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+
+
+_DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)
+
+
+def _preludes_for(body: str) -> list[str]:
+    """The preludes ``body`` uses, directly or through another prelude.
+
+    Lua runs a script's whole text on every call, so each prelude function
+    defined costs a closure per call: a script gets only what it calls.
+    """
+    texts = {name: _read(name) for name in _PRELUDES}
+    defined = {name: set(_DEFINED.findall(text)) for name, text in texts.items()}
+    needed: set[str] = set()
+    frontier = body
+    while True:
+        words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", frontier))
+        new = {n for n in _PRELUDES if n not in needed and defined[n] & words}
+        if not new:
+            return [n for n in _PRELUDES if n in needed]
+        needed |= new
+        frontier = "\n".join(texts[n] for n in new)
+
+
+class Script:
+    """One Lua script: its text, its SHA1, and how to run it by SHA.
+
+    Runs ``EVALSHA`` and only sends the text (``SCRIPT LOAD``) after a
+    ``NOSCRIPT`` reply, which happens once per server, and again after a restart
+    or ``SCRIPT FLUSH``.
+    """
+
+    def __init__(
+        self,
+        filename: str,
+        *,
+        prelude: bool = True,
+        keys: Sequence[str] = (),
+        args: Sequence[str] = (),
+        optional: Sequence[str] = (),
+        per_name: bool = False,
+    ) -> None:
+        body = _read(filename)
+        if prelude:
+            shared = "\n".join(_read(p) for p in _preludes_for(body))
+            if PRELUDE_MARK in body:  # a fast path first, which needs none of them
+                body = body.replace(PRELUDE_MARK, shared, 1)
+            else:
+                body = shared + "\n" + body
+        self.name = filename
+        self.text = body
+        self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+        #: The call spec: KEYS and ARGV names in order; ``optional`` ones may be
+        #: left out, and then so must every later one.
+        self.key_names = tuple(keys)
+        self.arg_names = tuple(args)
+        self.optional = frozenset(optional)
+        #: The spec is one name's KEYS and ARGV, repeated for each name of a
+        #: call (``keys_of_each``, ``args_of_each``): an operator script.
+        self.per_name = per_name
+        self._arg_set = frozenset(self.arg_names)
+
+    def keys_of(self, keys: Mapping[str, Any]) -> list[Any]:
+        """``KEYS`` in the script's order, from a mapping of name -> key (it may hold more)."""
+        return _in_order(self, self.key_names, keys)
+
+    def args_of(self, **args: Any) -> list[Any]:
+        """``ARGV`` in the script's order, by name; an unknown name is a ``TypeError``."""
+        known = self._arg_set.issuperset(args)
+        if known and len(args) == len(self.arg_names):  # the common case: every name given
+            return [args[name] for name in self.arg_names]
+        if not known:
+            raise TypeError(f"{self.name} takes no {sorted(set(args) - self._arg_set)}")
+        return _in_order(self, self.arg_names, args)
+
+    def keys_of_each(self, names: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """A ``per_name`` script's KEYS: each name's (``keys_of``), one name after another."""
+        return [key for keys in names for key in self.keys_of(keys)]
+
+    def args_of_each(self, names: Iterable[Mapping[str, Any]]) -> list[Any]:
+        """A ``per_name`` script's ARGV: each name's (``args_of``), one name after another."""
+        return [arg for args in names for arg in self.args_of(**args)]
+
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        """Run it through redis-py's public path (``Redis.evalsha``, so
+        ``execute_command``: its retries, instrumentation and a client
+        subclass's overrides all apply); a ``NOSCRIPT`` reply loads it first."""
+        try:
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            client.script_load(self.text)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def ensure_loaded(self, client: Any) -> None:
+        """Load the script unless the server has it; for pipelines, which cannot
+        recover from ``NOSCRIPT`` half-way."""
+        if not client.script_exists(self.sha)[0]:
+            client.script_load(self.text)
+
+    def queue(self, pipe: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> None:
+        """Add a run to ``pipe``; call ``ensure_loaded`` on the client first."""
+        pipe.evalsha(self.sha, len(keys), *keys, *args)
+
+    async def run_async(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        try:
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            await client.script_load(self.text)
+            return await client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def __repr__(self) -> str:
+        return f"<Script {self.name} {self.sha[:8]}>"
+
+
+def _in_order(script: Script, names: tuple[str, ...], given: Mapping[str, Any]) -> list[Any]:
+    """``given`` as a list in ``names``' order, stopping at the first absent optional name."""
+    out = []
+    for name in names:
+        if name in given:
+            out.append(given[name])
+        elif name in script.optional:
+            break
+        else:
+            raise TypeError(f"{script.name} needs {name!r}")
+    return out
+
+
+#: The Lock scripts' keys (``Lock.parts``); stats is left out when counting is off.
+_LOCK_KEYS = ("lock", "fence", "queue", "deadlines", "stats")
+_RELEASE_KEYS = ("lock", "queue", "deadlines", "fence")
+
+LOCK_ACQUIRE = Script(
+    "lock_acquire.lua",
+    keys=_LOCK_KEYS,
+    args=("token", "lease_ms", "mode", "holder", "since_ms", "waiter_ttl_ms", "stats_ttl_ms",
+          "waited_ms"),
+    optional=("fence", "queue", "deadlines", "stats", "waited_ms"),
+)  # fmt: skip
+LOCK_RELEASE = Script(
+    "lock_release.lua",
+    keys=_RELEASE_KEYS,
+    args=("token", "final"),
+    optional=("queue", "deadlines", "fence", "final"),
+)
+LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
+LOCK_CANCEL = Script(
+    "lock_cancel.lua",
+    keys=_RELEASE_KEYS,
+    args=("token",),
+    optional=("queue", "deadlines", "fence"),
+)
+#: The permit scripts' keys (``PermitBase.roles``, the same for every permit primitive).
+_PERMIT_KEYS = ("holders", "fence", "queue", "deadlines")
+_PERMIT_ACQUIRE_ARGS = ("who", "lease_ms", "wait_ms")
+SEMAPHORE_ACQUIRE = Script("semaphore_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_ACQUIRE_ARGS)
+RWLOCK_ACQUIRE = Script("rwlock_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_ACQUIRE_ARGS)
+PERMIT_RELEASE = Script(
+    "permit_release.lua", keys=("holders", "queue", "deadlines"), args=("member",)
+)
+PERMIT_CANCEL = Script(
+    "permit_cancel.lua",
+    keys=("holders", "queue", "deadlines"),
+    args=("token", "limit"),
+    optional=("limit",),
+)
+PERMIT_EXTEND = Script("permit_extend.lua", keys=("holders",), args=("token", "lease_ms"))
+PERMIT_DESCRIBE = Script("permit_describe.lua", keys=("holders", "queue"))
+PERMIT_CLEAR = Script(
+    "permit_clear.lua", keys=("holders", "queue", "deadlines"), args=("sigprefix", "confirmed")
+)
+REDLOCK_FENCE = Script("redlock_fence.lua", keys=("lock", "fence"), args=("token", "fencing_token"))
+CLEAR_LOCK = Script(
+    "clear_lock.lua",
+    keys=("lock", "queue", "deadlines"),
+    args=("confirmed",),
+    per_name=True,
+)
+INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False, keys=("lock",), per_name=True)

@@ -1,0 +1,272 @@
+"""The fair acquire, written once and without I/O.
+
+An acquire is a generator (the h11/wsproto shape): it yields the next step,
+a ``Call`` of a script or a ``Wait`` on the caller's signal list, is sent
+the step's reply, and returns an ``Outcome``. ``engine/drivers.py`` runs it on a
+synchronous client or on asyncio; ``Lock``, ``AsyncLock`` and the permit
+primitives (sync and async) describe their attempt with an ``Attempt`` and
+share this one loop. ``Redlock``'s quorum acquire (``primitives/redlock/quorum.py``) has steps
+of its own, ``FanOut`` and ``Pause``, run by ``drivers.run_quorum``.
+
+Waiting is event driven: a waiter queues itself in the acquire script, then
+blocks on its own signal list with ``BLPOP``; a release pushes to the list
+of the first waiter. Each wait is bounded by the holder's remaining lease
+and by the connection's socket timeout (``chunk``), so a lost wake-up or a
+dead holder costs at most the rest of the lease, and a blocking command never
+outlives the socket timeout. Every step of an acquire with a
+``blocking_timeout`` carries its deadline, and the drivers end it soon after
+that deadline even when Redis stops answering (``engine/bounds.py``); the clean-up of
+such an attempt is sent in the background once Redis answers again.
+
+Timeline of an interrupted acquire, which is why clean-up is part of the
+protocol::
+
+    attempt sent -> Redis grants (or queues) -> reply lost / Ctrl-C / cancel
+    clean-up: the attempt's undo (a Lock's cancel script passes the grant on,
+    and leaves the queue), then the original exception
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django_redislock.backend import client as backend
+
+if TYPE_CHECKING:
+    from django_redislock.backend.scripts import Script
+
+logger = logging.getLogger(__name__)
+
+#: An attempt's status: granted (the value is the fencing token).
+HELD = 1
+#: Refused (the value is a retry hint in ms).
+REFUSED = 0
+#: Handed over by a release while waiting (the value is the fencing token;
+#: see ``backend/scripts/_handoff.lua``).
+HANDED = 2
+#: What a plain wake-up pushes to a waiter's signal list (a handoff pushes a fencing token).
+WAKE_UP = (b"1", "1")
+
+
+# Call and Wait are never changed once built, but not frozen: a frozen
+# dataclass's __init__ costs about 1 µs more, and every acquire builds one.
+
+
+@dataclass(slots=True)
+class Call:
+    """Run ``script`` with ``keys`` and ``args``; ``shield``: a clean-up that
+    must run even when the caller is being cancelled. ``deadline``: the
+    acquire's (``time.monotonic()``), which bounds the call even when Redis
+    stops answering (``engine/bounds.py``); ``background``: send it from the
+    janitor thread once Redis answers again, without waiting."""
+
+    script: Script
+    keys: Sequence[str | bytes]
+    args: Sequence[Any]
+    shield: bool = False
+    deadline: float | None = None
+    background: bool = False
+
+
+@dataclass(slots=True)
+class Wait:
+    """``BLPOP`` the caller's own signal list for at most ``timeout`` seconds;
+    the reply is ``(key, value)`` or ``None``."""
+
+    key: str | bytes
+    timeout: float
+    deadline: float | None = None
+
+
+Step = Call | Wait
+
+
+@dataclass(frozen=True, slots=True)
+class FanOut:
+    """Run ``call`` on every server at once (``only``: on those numbered), each
+    reply awaited at most ``timeout`` seconds; the reply is one result per
+    server, in order: its value, or its exception (``None`` outside ``only``)."""
+
+    call: Call
+    timeout: float | None
+    only: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Sleep ``seconds`` before the next attempt."""
+
+    seconds: float
+
+
+QuorumStep = FanOut | Pause
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What an acquire came to: ``status`` (``HELD``, ``HANDED``, ``REFUSED``,
+    or a primitive's own), its value (fencing token or retry hint in ms),
+    when the last attempt was sent (a lease is measured from there), and
+    whether it waited in line first (only then does its time count as a wait)."""
+
+    status: int
+    value: int
+    started: float
+    waited: bool = False
+
+    @property
+    def held(self) -> bool:
+        return self.status in (HELD, HANDED)
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireResult:
+    """What an acquire of any primitive came to, for its callers (``__enter__``,
+    ``@require_lock``, ``MultiLock``): ``held``, or refused, with the seconds
+    after which a retry may succeed (``None``: no hint). ``name``: the part
+    that refused, for a composite (``MultiLock``)."""
+
+    held: bool
+    retry_after: float | None = None
+    name: str | None = None
+
+    @staticmethod
+    def refused(retry_after_ms: int) -> AcquireResult:
+        """Refused, from a script's retry hint in ms (0 or below: no hint)."""
+        return AcquireResult(False, retry_after_ms / 1000.0 if retry_after_ms > 0 else None)
+
+
+#: The result of every acquire that holds.
+HELD_RESULT = AcquireResult(True)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One primitive's acquire, as the protocol needs it.
+
+    ``call`` is the acquire script's call (``on_wait`` may return the next
+    attempt's call instead, or update its arguments in place); ``parse`` turns
+    its reply into ``(status, value)``;
+    ``leave`` takes the caller out of the queue; ``undo`` is the clean-up after
+    an interruption (``None``: ``leave`` when it may have queued).
+    ``handoff_lease``: a handoff's first lease in seconds, 0 when a signal is
+    only a wake-up.
+    """
+
+    name: str
+    call: Call
+    parse: Callable[[Any], tuple[int, int]]
+    leave: Call
+    signal_key: str | bytes
+    chunk: float
+    may_wait: bool
+    deadline: float | None
+    undo: Call | None = None
+    handoff_lease: float = 0.0
+    on_wait: Callable[[], Call | None] | None = field(default=None)
+
+
+def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
+    """How long one BLPOP may block: the lease hint, the chunk, the deadline."""
+    wait = chunk
+    if hint_ms > 0:
+        wait = min(wait, hint_ms / 1000.0)
+    if deadline is not None:
+        wait = min(wait, deadline - time.monotonic())
+    return max(wait, backend.MIN_WAIT_CHUNK)
+
+
+def handoff_fresh(started: float, handoff_lease: float) -> bool:
+    """Whether a handoff just read can be taken as it is.
+
+    The handoff came after the attempt sent at ``started``, so its first
+    lease ends no earlier than ``started + handoff_lease``. With less than a
+    quarter of it left (a waiter paused past it) another acquire attempt is
+    the safe way: it finds the lock still the waiter's, and sets the full
+    lease, or not, and queues it again.
+    """
+    return handoff_lease > 0 and time.monotonic() - started < 0.75 * handoff_lease
+
+
+def bounded(call: Call, deadline: float | None) -> Call:
+    """``call`` bounded by the acquire's ``deadline`` (``None``: unbounded)."""
+    if deadline is None:
+        return call
+    return Call(call.script, call.keys, call.args, call.shield, deadline)
+
+
+def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
+    """The fair acquire: attempts until one answers other than ``REFUSED``.
+
+    A refused attempt queues the caller when it may wait; between attempts
+    the caller waits on its own signal list. A signal other than a plain
+    wake-up is a handoff (status ``HANDED``), taken as it is while fresh (see
+    ``handoff_fresh``), else checked by another attempt. On giving up, or on
+    a status other than held or refused, it leaves the queue. On any
+    exception it runs the clean-up (best effort: a Redis error there must not
+    replace the original) and raises; Redis failures as ``LockBackendError``.
+    """
+    queued = waited = False
+    deadline = attempt.deadline
+    call = bounded(attempt.call, deadline)
+    try:
+        while True:
+            started = time.monotonic()
+            status, value = attempt.parse((yield call))
+            if status != REFUSED:
+                if status not in (HELD, HANDED) and queued:
+                    yield bounded(attempt.leave, deadline)
+                return Outcome(status, value, started, waited)
+            queued = attempt.may_wait
+            if not queued or (deadline is not None and time.monotonic() >= deadline):
+                if queued:
+                    yield bounded(attempt.leave, deadline)
+                return Outcome(REFUSED, value, started, waited)
+            wait = wait_seconds(value, attempt.chunk, deadline)
+            signal = yield Wait(attempt.signal_key, wait, deadline)
+            waited = True
+            if (
+                signal is not None
+                and signal[1] not in WAKE_UP
+                and handoff_fresh(started, attempt.handoff_lease)
+            ):
+                return Outcome(HANDED, int(signal[1]), started, waited)
+            if attempt.on_wait is not None:
+                attempt.call = attempt.on_wait() or attempt.call
+                call = bounded(attempt.call, deadline)
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        # Redis did not answer within the budget, or the caller gave up on a
+        # command still on its way from a worker thread (drivers.in_thread):
+        # the clean-up is sent in the background (bounds.Janitor), after it.
+        unanswered = isinstance(exc, backend.Unanswered)
+        behind = unanswered or getattr(exc, "after", None) is not None
+        cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
+        if cleanup is not None:
+            try:
+                yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
+            except backend.BACKEND_ERRORS as cleanup_exc:
+                logger.debug(
+                    "Could not clean up an interrupted acquire of %r: %s", attempt.name, cleanup_exc
+                )
+        if unanswered:
+            raise backend.unanswered_error(attempt.name, exc) from exc
+        if isinstance(exc, backend.BACKEND_ERRORS):
+            raise backend.backend_error(attempt.name, exc) from exc
+        raise
+
+
+def single(call: Call, name: str) -> Generator[Step, Any, Any]:
+    """One script call, its reply returned; Redis failures as ``LockBackendError``
+    (``LockBackendTimeout`` when a bounded call went unanswered past its deadline)."""
+    try:
+        return (yield call)
+    except backend.Unanswered as exc:
+        raise backend.unanswered_error(name, exc) from exc
+    except backend.BACKEND_ERRORS as exc:
+        raise backend.backend_error(name, exc) from exc

@@ -1,0 +1,345 @@
+"""A holding: one holder's claim on a primitive, and who the holder is.
+
+A holding carries the holder's unguessable token, its nesting depth, its
+fencing token and lease; the watchdog renews it, and it reports its own loss
+(``lock_lost``, a WARNING log line). Holdings belong to one thread (sync) or
+one task (async) of one process (``holds/registry.py``); a holding seen from another
+process (after ``fork()``) is ignored, so a child never releases or renews its
+parent's claim.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import secrets
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from django_redislock import context, signals
+from django_redislock.backend import client as backend
+from django_redislock.holds import counters
+from django_redislock.holds.watchdog import watchdog
+
+if TYPE_CHECKING:
+    from django_redislock.backend.scripts import Script
+
+logger = logging.getLogger(__name__)
+
+
+@functools.cache
+def _hostname() -> str:
+    return socket.gethostname()
+
+
+#: The process's id, asked anew each time: fork-time hooks do not run
+#: everywhere (uWSGI without ``py-call-osafterfork``).
+current_pid = os.getpid
+
+
+@functools.cache
+def _holder_prefix(pid: int) -> str:
+    return f"{_hostname()}:{pid}:"
+
+
+def holder_description() -> str:
+    """Who holds a lock, for operators: ``host:pid:thread``, then ``" | "`` and
+    what it runs when known (``context.current``)."""
+    who = _holder_prefix(os.getpid()) + threading.current_thread().name
+    what = context.current()
+    return who if what is None else who + context.SEPARATOR + what
+
+
+def new_token() -> str:
+    return secrets.token_hex(16)
+
+
+class Holding:
+    """One holder's claim; also what the watchdog renews."""
+
+    __slots__ = (
+        "__weakref__",
+        "acquired_at",
+        "active",
+        "client",
+        "depth",
+        "fencing_token",
+        "holder",
+        "keys",
+        "kind",
+        "lease",
+        "lease_deadline",
+        "lease_generation",
+        "lease_lock",
+        "lost",
+        "name",
+        "pid",
+        "release_args",
+        "releasing",
+        "renew_keys",
+        "renew_script",
+        "renewing_lease",
+        "sender",
+        "sigprefix",
+        "stats_key",
+        "stats_ttl_ms",
+        "token",
+    )
+
+    def __init__(
+        self,
+        *,
+        sender: type,
+        name: str,
+        kind: str,
+        token: str,
+        holder: str,
+        client: Any,
+        lease: float,
+        started: float,
+        fencing_token: int | None,
+        renew_script: Script,
+        renew_keys: Sequence[str | bytes],
+        keys: Sequence[str | bytes],
+        sigprefix: str | bytes = "",
+        stats_key: bytes | None = None,
+        stats_ttl_ms: int = 0,
+    ) -> None:
+        self.sender = sender
+        self.stats_key = stats_key
+        self.stats_ttl_ms = stats_ttl_ms
+        self.name = name
+        self.kind = kind
+        self.token = token
+        self.client = client
+        self.lease = lease
+        self.depth = 1
+        self.pid = os.getpid()
+        self.fencing_token = fencing_token
+        self.acquired_at = time.monotonic()
+        self.holder = holder  # as the acquire described it (holder_description)
+        # Measured from before the request was sent: never later than Redis's view.
+        self.lease_deadline = started + lease
+        # extend() against a renewal on its way (see renew): both change the
+        # lease, from two threads, on two connections.
+        self.lease_lock = threading.Lock()
+        self.lease_generation = 0
+        #: The lease a renewal on its way carries (``None``: none is).
+        self.renewing_lease: float | None = None
+        #: The extend script (its spec's ``token`` and ``lease_ms``) and its KEYS.
+        self.renew_script = renew_script
+        self.renew_keys = renew_keys
+        #: The release script's KEYS.
+        self.keys = keys
+        self.sigprefix = sigprefix
+        #: What the primitive's release script takes besides the keys, when
+        #: it is the same for every release of this holding.
+        self.release_args: list[Any] = []
+        self.active = True
+        self.releasing = False
+        self.lost: str | None = None
+
+    @property
+    def renew_interval(self) -> float:
+        """A third of the lease: the watchdog renews two more times before it ends."""
+        return self.lease / 3
+
+    @property
+    def lane(self) -> Hashable:
+        """The watchdog renews the leases held through one connection pool one
+        at a time, beside those held elsewhere (see ``watchdog``): a client's
+        pool, or on Redis Cluster the node that serves the lease's slot."""
+        client = self.client
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None:
+            return id(pool)
+        node_of = getattr(client, "get_node_from_key", None)  # RedisCluster
+        if node_of is not None:
+            try:
+                return (id(client), node_of(self.renew_keys[0]).name)
+            except Exception:  # no slot map at hand: the cluster's one lane
+                logger.debug("No node for %r's lane", self.name, exc_info=True)
+        return id(client)
+
+    def renew_call(self, lease: float) -> tuple[Sequence[str | bytes], list[Any]]:
+        """KEYS and ARGV of the extend script making ``lease`` the lease from now on."""
+        return self.renew_keys, self.renew_script.args_of(
+            token=self.token, lease_ms=int(lease * 1000)
+        )
+
+    @property
+    def batch_client(self) -> Any:
+        """The client whose pipeline carries this renewal with others of the
+        same client (``renewal_batches``): one whose commands all go over one
+        connection pool; ``None`` on Redis Cluster (a pipeline there splits
+        by node), where it is renewed alone (``renew``), as is a holding
+        whose class sends its lease its own way (``send_lease``, ``renew``),
+        or a client with no ``pipeline``."""
+        client = self.client
+        cls = type(self)
+        if (
+            cls.send_lease is not Holding.send_lease
+            or cls.renew is not Holding.renew
+            or getattr(client, "connection_pool", None) is None
+            or not callable(getattr(client, "pipeline", None))
+        ):
+            return None
+        return client
+
+    def renew(self) -> bool:
+        """The watchdog's renewal; ``False`` if the lease is no longer ours.
+        Sent alone; ``renewal`` tells what is sent and what the replies mean."""
+        steps = self.renewal()
+        try:
+            lease = next(steps)
+            while True:
+                try:
+                    ours = self.send_lease(lease)
+                except BaseException as exc:
+                    lease = steps.throw(exc)
+                else:
+                    lease = steps.send(ours)
+        except StopIteration as done:
+            return bool(done.value)
+
+    def renewal(self) -> Generator[float, bool, bool]:
+        """A renewal's steps, for whoever sends them (``renew`` alone,
+        ``renewal_batches`` many in one pipeline): it yields each lease to
+        send (``renew_call``), takes whether Redis answered that the lease is
+        ours (or the error the send raised, thrown in, which comes back out),
+        and returns ``False`` if the lease is no longer ours.
+
+        An ``extend()`` to another lease can cross a renewal on its way (another
+        thread, another connection): if the renewal reached Redis second, it put
+        back the lease it had read before. So a renewal that finds the lease
+        changed under it sends the new one once more. Crossed again, it leaves
+        the deadline where the extends put it (the earlier end), by which the
+        watchdog comes back soon: one holder's extends never keep the thread
+        from the others' leases."""
+        for _ in range(2):
+            if not self.active:
+                return True
+            with self.lease_lock:
+                generation, lease = self.lease_generation, self.lease
+                self.renewing_lease = lease
+            started = time.monotonic()
+            try:
+                ours = yield lease
+            finally:
+                with self.lease_lock:
+                    self.renewing_lease = None
+            if not ours:
+                # A release sent while this renewal was on its way may have run
+                # first on the server: then "not ours" is the release, not a
+                # loss; the release's own answer decides.
+                return self.releasing
+            with self.lease_lock:
+                if generation == self.lease_generation:
+                    self.lease_deadline = self.deadline_of(started, lease)
+                    return True
+        return True
+
+    def send_lease(self, lease: float) -> bool:
+        """Make ``lease`` the lease in Redis from now on; ``False`` if not ours."""
+        with backend.translate_errors(self.name):
+            return bool(self.renew_script(self.client, *self.renew_call(lease)))
+
+    def deadline_of(self, started: float, lease: float) -> float:
+        """The lease's end as this holder measures it, never later than Redis's."""
+        return started + lease
+
+    def begin_extend(self, lease: float, started: float) -> bool:
+        """``extend()``, about to be sent at ``started``: ``lease`` is the lease
+        from now on, for every renewal sent after this too, and the deadline is
+        no later than its end until the extend is answered. ``True`` when a
+        renewal with another lease is on its way: Redis may run it last."""
+        deadline = self.deadline_of(started, lease)
+        with self.lease_lock:
+            self.lease_deadline = min(self.lease_deadline, deadline)
+            if lease != self.lease:
+                self.lease_generation += 1
+                self.lease = lease
+            return self.renewing_lease not in (None, lease)
+
+    @contextlib.contextmanager
+    def extending(self, lease: float) -> Iterator[Callable[[], None]]:
+        """Around sending an ``extend()`` to ``lease`` (every primitive's):
+        call what it yields once Redis answered that the lease is ours. If the
+        block raises instead, Redis may or may not have run it."""
+        started = time.monotonic()
+        overlapped = self.begin_extend(lease, started)
+        try:
+            yield functools.partial(self.end_extend, lease, started, sure=not overlapped)
+        except BaseException:
+            self.end_extend(lease, started, sure=False)
+            raise
+
+    def end_extend(self, lease: float, started: float, *, sure: bool) -> None:
+        """After ``extend()`` was sent at ``started``: unless ``sure`` it
+        succeeded and ran last in Redis (it failed, or a renewal with the old
+        lease was on its way, until that renewal sends again), the deadline
+        stays the earlier of the old and the new lease's ends."""
+        if sure:
+            deadline = self.deadline_of(started, lease)
+            with self.lease_lock:
+                self.lease_deadline = deadline
+        if self.active:
+            watchdog.reschedule(self)
+
+    def mark_lost(self, reason: str) -> None:
+        """Report the loss, once: a renewal's lane and the watchdog's report
+        of it overdue can find it at the same moment."""
+        with self.lease_lock:
+            if not self.active or self.lost is not None:
+                return
+            self.lost = reason
+        # A logging handler that raises must not keep the holder from being told.
+        with contextlib.suppress(Exception):
+            logger.warning(
+                "Lost the lease of %s %r held by %s for %.3f s: %s",
+                self.kind,
+                self.name,
+                self.holder,
+                time.monotonic() - self.acquired_at,
+                reason,
+            )
+        self._count_lost()
+        signals.notify(
+            signals.lock_lost,
+            sender=self.sender,
+            name=self.name,
+            kind=self.kind,
+            held=time.monotonic() - self.acquired_at,
+            reason=reason,
+        )
+
+    def _count_lost(self) -> None:
+        """Tallied and written in the background (``counters``): often the
+        lease was lost because its server hangs, and the reports of the other
+        leases held there must not wait on a round trip to it."""
+        if self.stats_key is not None:
+            counters.lost(self.client, self.stats_key, self.stats_ttl_ms)
+
+    def end(self) -> None:
+        """Stop renewing; the holding is over, however it ended."""
+        self.active = False
+        watchdog.unwatch(self)
+
+    def __del__(self) -> None:
+        """Every handle that took this hold was dropped without a release
+        (``Lock("x").acquire()`` on an object nobody keeps, a thread or task
+        that ended holding) while the watchdog renewed it: nothing renews or
+        releases it now, and the lease will free the name with no
+        ``lock_lost`` to tell anyone. Only queued here (``holds/dropped.py``); a
+        released hold is no longer watched, and a lost one was reported."""
+        try:
+            if self.lost is None and self.pid == current_pid() and not sys.is_finalizing():
+                watchdog.dropped(self, (self.kind, self.name, self.holder, self.lease_deadline))
+        except Exception:  # interpreter shutdown: the module's globals may be gone
+            pass

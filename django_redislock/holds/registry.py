@@ -1,0 +1,229 @@
+"""Who holds a lock: a thread (sync) or an asyncio task (async) of one process.
+
+A ``Lock`` is only a handle. The holder is the thread that acquired through
+it (the task, for ``AsyncLock``), per name and cache alias: any handle for
+that name in the holding thread re-enters the hold instead of waiting on it,
+and the name is free after that thread's last release. That is what makes a
+hold handed to an open transaction (``@require_lock``, ``InventoryMixin``)
+safe: the same thread taking the name again, in a second decorated call or a
+``deduct()``, nests instead of waiting on itself until ``blocking_timeout``.
+
+Each holder keeps a registry of what it holds. Its entries are weak: a hold
+lives only while a handle that took (or re-entered) it is alive, so a hold
+whose every handle was dropped without release stops being renewed and its
+lease runs out, as if its process had died, and a long-lived thread never
+keeps renewing a hold that nobody can release any more. A task gets a
+registry of its own, never its parent's (a task copies its creator's context,
+so the registry is checked against the task it belongs to). After
+``fork()`` the child starts with an empty registry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import threading
+import weakref
+from collections.abc import Hashable
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from django_redislock.holds.holding import Holding
+
+
+class _Hold(Protocol):
+    active: bool
+
+
+_H = TypeVar("_H", bound=_Hold)
+
+#: What a holder's registry knows a hold by: (cache alias, lock key) for a
+#: ``Lock``; (its servers' aliases, sorted, lock key) for a ``Redlock``.
+HoldKey = tuple[str | tuple[str, ...], str]
+
+
+class Registry(Generic[_H]):
+    """The holds of one holder, by (cache alias, key): weak references only.
+
+    A hold that has ended (released, or forgotten after a loss) is no hold:
+    ``get`` skips it, so nothing has to be taken out when a hold ends."""
+
+    __slots__ = ("handles", "held", "pid")
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.held: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+        #: a task's only: the handles' per-task tables to clear when it is
+        #: done (``forget_when_done``), by id, each gone with its handle
+        self.handles: dict[int, weakref.ref[Any]] = {}
+
+    def get(self, key: Hashable) -> _H | None:
+        found: _H | None = self.held.get(key)
+        return found if found is not None and found.active else None
+
+    def put(self, key: Hashable, holding: _H) -> None:
+        self.held[key] = holding
+
+
+class _ThreadRegistry(threading.local):
+    registry: Registry[Any] | None = None
+
+
+_threads = _ThreadRegistry()
+#: Each task's registry, by task, in a table shared by the contexts copied
+#: from the first task that used one: a task's entry survives its context
+#: variables being overwritten by a copy of another context (asgiref's
+#: ``sync_to_async`` copies the thread's context back into the task, and a
+#: task that ``async_to_sync`` ran in that thread set its own value there).
+_tasks: contextvars.ContextVar[weakref.WeakKeyDictionary[asyncio.Task[Any], Registry[Any]] | None]
+_tasks = contextvars.ContextVar("django_redislock_task_holds", default=None)
+
+
+def thread_registry() -> Registry[Any]:
+    """The current thread's holds (a fresh registry in a forked child)."""
+    registry = _threads.registry
+    if registry is None or registry.pid != os.getpid():
+        registry = _threads.registry = Registry()
+    return registry
+
+
+def current_task(kind: str) -> asyncio.Task[Any]:
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop: asyncio's message names no primitive
+        task = None
+    if task is None:
+        raise RuntimeError(f"{kind} must be used from inside an asyncio task.")
+    return task
+
+
+def forget_when_done(kind: str, table: weakref.WeakKeyDictionary[Any, Any]) -> None:
+    """Drop the current task's entry of ``table`` (what a handle took in it)
+    once the task is done, as a thread's ``threading.local`` goes with the
+    thread: a finished task still referenced somewhere (a list of jobs)
+    would otherwise keep its holds renewed for good. One callback per task
+    (``task_registry``) clears every table: one per handle would pile up on
+    a long-lived task that uses a new handle per job."""
+    handles = task_registry(kind).handles
+    key = id(table)
+    if key not in handles:
+        handles[key] = weakref.ref(table, lambda _: handles.pop(key, None))
+
+
+def _forget_handles(registry: Registry[Any], task: asyncio.Task[Any]) -> None:
+    for ref in list(registry.handles.values()):
+        table = ref()
+        if table is not None:
+            table.pop(task, None)
+    registry.handles.clear()
+
+
+def task_registry(kind: str) -> Registry[Any]:
+    """The current task's holds; never its parent's."""
+    task = current_task(kind)
+    registries = _tasks.get()
+    if registries is None:
+        registries = weakref.WeakKeyDictionary()
+        _tasks.set(registries)
+    registry = registries.get(task)
+    if registry is None or registry.pid != os.getpid():
+        registry = registries[task] = Registry()
+        task.add_done_callback(functools.partial(_forget_handles, registry))
+    return registry
+
+
+class Handle:
+    """A lock handle's view of its holder's holds (``Lock``, ``AsyncLock``,
+    ``Redlock``).
+
+    A handle remembers the holds it took or re-entered in the current holder
+    (``_entered``, latest last), which are what keep them alive; its release,
+    ``extend`` and ``owned`` apply to the latest of those, else to the
+    holder's hold of the name taken through another handle (``_registry``).
+    """
+
+    def _entered(self) -> list[Holding]:
+        """The holds this handle took or re-entered in the current holder, latest last."""
+        raise NotImplementedError
+
+    def _registry(self) -> Registry[Holding]:
+        raise NotImplementedError
+
+    def _hold_key(self, alias: str, key: str) -> HoldKey:
+        return (alias, key)
+
+    def _current(self, key: HoldKey | None) -> Holding | None:
+        """The hold a release, extend or ``owned`` of this handle applies to: the
+        latest one it took, else the current holder's hold of the name (taken
+        through another handle); ``key`` is ``_hold_key`` when it is at hand."""
+        taken = self._taken()
+        if taken is not None:
+            return taken
+        if key is None:
+            key = self._own_hold_key()
+        return self._registry().get(key)
+
+    def _taken(self) -> Holding | None:
+        """The latest hold this handle took in the current holder and has not
+        released to the end (``_current`` without its fallback)."""
+        entered = self._entered()
+        while entered and not entered[-1].active and entered[-1].lost is None:
+            entered.pop()  # released to the end through another handle
+        return entered[-1] if entered else None
+
+    def _own_hold_key(self) -> HoldKey:
+        """``_hold_key`` of this handle's name and cache alias."""
+        raise NotImplementedError
+
+    def _reentry(self, key: HoldKey) -> Holding | None:
+        """The current holder's live hold of the name, to nest into; a hold
+        already known lost is reported once more, forgotten and not nested into
+        (the caller acquires afresh; the handle that took it is told at its
+        release)."""
+        holding = self._registry().get(key)
+        if holding is not None and holding.lost is not None:
+            self._supersede(holding, holding.lost)
+            return None
+        return holding
+
+    @staticmethod
+    def _supersede(holding: Holding, reason: str) -> None:
+        """Report ``holding`` lost and end it: its holder no longer holds it."""
+        holding.mark_lost(reason)
+        holding.end()
+
+    def _took(self, key: HoldKey, holding: Holding) -> None:
+        """Record a new or re-entered hold for this handle and its holder."""
+        if holding.depth == 1:
+            self._registry().put(key, holding)
+        self._entered().append(holding)
+
+    def _left(self, holding: Holding) -> None:
+        """After a release of ``holding`` through this handle, whatever its outcome."""
+        entered = self._entered()
+        if not holding.active and holding.lost is None:  # released to the end
+            entered[:] = [h for h in entered if h is not holding]
+        elif entered and entered[-1] is holding:
+            # one level left; of a hold found lost, each outer level this
+            # handle entered is still told so (LockLostError) at its release
+            entered.pop()
+
+
+class ThreadHandle(Handle):
+    """A handle whose holder is the current thread (``Lock``, ``Redlock``).
+
+    ``_local``, a ``threading.local`` made when the handle is built, keeps
+    what this handle entered in each thread."""
+
+    _local: threading.local
+
+    def _entered(self) -> list[Holding]:
+        entered: list[Holding] | None = getattr(self._local, "entered", None)
+        if entered is None or (entered and entered[0].pid != os.getpid()):
+            entered = self._local.entered = []  # new thread, or inherited through fork()
+        return entered
+
+    def _registry(self) -> Registry[Holding]:
+        return thread_registry()

@@ -1,0 +1,399 @@
+"""One watchdog per process for every auto-renewed lease.
+
+Its scheduler thread is started by the first ``watch`` and exits after it has
+had nothing to renew for ``IDLE_EXIT`` seconds, so a hot acquire/release loop
+never starts a thread per acquire, and an idle process keeps no thread. It
+holds only weak references: a holding whose primitive was dropped without
+release stops being renewed and its lease runs out, as if its process had died
+(and is reported: ``dropped``).
+
+The scheduler decides when a lease is due; the renewal itself is sent from a
+lane, one thread per connection pool the leases are held on (``Renewable.lane``:
+a cache alias's server, a Redlock's set of servers), which exits after
+``IDLE_EXIT`` seconds without work; the renewals waiting in its queue go in one
+round trip (``renewal_batches``). A server that hangs then stalls the renewals
+of the leases held on it, never those held elsewhere: with one thread renewing
+in turn, a renewal stuck on one server until its socket timeout left every
+other lease of the process unrenewed, and they lapsed. A lane that cannot
+start is not fatal: its renewal is sent from the scheduler.
+
+A renewal that finds the lease no longer ours, or cannot reach Redis before
+the lease would have ended, marks the holding lost and sends ``lock_lost``; so
+does one still unanswered when the lease ends as the holder measures it (a
+server that hangs, a connection without a socket timeout).
+A failed renewal is retried only while another attempt, up to twice as slow
+and half a retry delay late, would still end before the lease does: the
+holder is told no later than its lease end (as it measures it, never later
+than Redis's), with or without a socket timeout; with none, the renewal's
+lane (never the others) stays blocked until the OS gives up on the connection.
+
+After ``fork()`` the child starts with an empty watchdog: it never renews (or
+releases) what its parent holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable, Hashable, Iterable
+from typing import Any
+
+from django_redislock.exceptions import LockBackendError, LockError
+from django_redislock.holds.dropped import DroppedHolds, Report
+from django_redislock.holds.renewals import Renewable, Result, renew_all, take_batch
+
+logger = logging.getLogger(__name__)
+
+#: Seconds the thread lingers with nothing to renew before it exits.
+IDLE_EXIT = 5.0
+#: A renewal due within this share of its interval (a quarter of RETRY_DELAY
+#: at most) goes with the pass that finds it: a pass per renewal scans every lease.
+EARLY = 0.1
+#: Retry delay after a renewal that could not reach Redis.
+RETRY_DELAY = 0.2
+#: The scheduler's thread name, and the lanes'.
+SCHEDULER_THREAD = "django-redislock-watchdog"
+LANE_THREAD = "django-redislock-renewal"
+
+#: One lane's work: a holding's renewal, or the report of one that never came
+#: back, as the function that takes the holdings of such jobs, and the holding.
+_Work = Callable[[list["weakref.ref[Renewable]"]], None]
+_Job = tuple[_Work, "weakref.ref[Renewable]"]
+
+
+def _due(holding: Renewable, now: float) -> float:
+    """A third of the way into the lease; sooner when what is left of it, as the
+    holder measures it, is shorter (a handoff's first lease, an extend that
+    crossed a renewal)."""
+    return now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+
+
+class _Lane:
+    """One lane's jobs, waiting for its thread (under the watchdog's lock)."""
+
+    __slots__ = ("jobs", "ready")
+
+    def __init__(self, lock: threading.Lock) -> None:
+        self.jobs: deque[_Job] = deque()
+        self.ready = threading.Condition(lock)
+
+
+class Watchdog:
+    def __init__(self) -> None:
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty, with no thread: new, or a forked child's (which must never
+        renew or release what its parent holds)."""
+        self._pid = os.getpid()
+        # watch/unwatch (twice per acquire) take the bare lock: Condition's own
+        # __enter__ is Python code.
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
+        # id(holding) -> (weakref, next due time, whether a renewal is on its way)
+        self._watched: dict[int, tuple[weakref.ref[Renewable], float, bool]] = {}
+        self._thread: threading.Thread | None = None
+        self._wake_at = float("inf")
+        self._lanes: dict[Hashable, _Lane] = {}
+        self._dropped = DroppedHolds()
+
+    def _forked(self) -> None:
+        """Reset in a child forked without the fork hooks (``os.fork`` from C,
+        as uWSGI does without ``py-call-osafterfork``), before taking a lock
+        a parent's thread may have held: the parent's thread is not here."""
+        if self._pid != os.getpid():
+            self._reset()
+
+    def ensure_running(self) -> None:
+        """Start the thread before an acquire that will need it.
+
+        A process that cannot start a thread (its thread, pid or memory limit
+        reached) then fails the acquire with ``LockError`` before Redis grants
+        anything, instead of holding a lease nothing renews.
+        """
+        self._forked()
+        if self._thread is not None:
+            return
+        with self._lock:
+            if self._thread is None:
+                self._start()
+
+    def _start(self) -> None:
+        """Start the thread (``_lock`` held); left unset if it cannot start,
+        so the next acquire tries again."""
+        thread = threading.Thread(target=self._run, name=SCHEDULER_THREAD, daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:  # "can't start new thread"
+            raise LockError(f"could not start the thread that renews leases: {exc}") from exc
+        self._thread = thread
+
+    def watch(self, holding: Renewable) -> None:
+        """Renew ``holding`` from now on; its acquire called
+        ``ensure_running`` first (which also notices a fork). Should the
+        thread (gone idle since) fail to start again, the holding is reported
+        lost at once: a lease nothing renews must not lapse unannounced."""
+        if self._dropped.pending():
+            self._dropped.report()
+        due = _due(holding, time.monotonic())
+        with self._lock:
+            self._watched[id(holding)] = (weakref.ref(holding), due, False)
+            if self._thread is not None:
+                if due < self._wake_at:
+                    self._cond.notify()
+                return
+            try:
+                self._start()
+                return
+            except LockError as exc:
+                del self._watched[id(holding)]
+                failure = exc
+        holding.mark_lost(str(failure))
+
+    def dropped(self, holding: object, report: Report) -> None:
+        """``holding`` is being freed (``Holding.__del__``): if it was still
+        renewed here, queue its report (``holds/dropped.py``; takes no lock)."""
+        if id(holding) in self._watched:
+            self._dropped.put(report)
+
+    def reschedule(self, holding: Renewable) -> None:
+        """The lease changed (``extend``): renew by the new one, if watched.
+        A renewal on its way schedules the next itself; the scheduler looks
+        again at when that one is overdue (the lease end may have moved)."""
+        due = _due(holding, time.monotonic())
+        with self._lock:
+            entry = self._watched.get(id(holding))
+            if entry is None or entry[0]() is not holding:
+                return
+            if not entry[2]:
+                self._watched[id(holding)] = (entry[0], due, False)
+            if due < self._wake_at or entry[2]:
+                self._cond.notify()
+
+    def unwatch(self, holding: Renewable) -> None:
+        with self._lock:
+            self._watched.pop(id(holding), None)
+
+    def watching(self) -> int:
+        """How many holdings are renewed (a dropped one no more, even before the next pass)."""
+        with self._lock:
+            return sum(1 for ref, _, _ in self._watched.values() if ref() is not None)
+
+    def _run(self) -> None:
+        """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
+        (a logging handler's error) is logged and the next goes on: the thread
+        ended, still registered, and every lease lapsed untold."""
+        idle_since: list[float] = []  # when it last found nothing to renew
+        while True:
+            try:
+                if not self._pass(idle_since):
+                    return
+            except Exception:
+                with contextlib.suppress(Exception):  # that handler may raise again
+                    logger.exception("The watchdog's pass failed; going on")
+                time.sleep(RETRY_DELAY)  # never a busy loop, should it fail again
+
+    def _pass(self, idle_since: list[float]) -> bool:
+        """Report dropped holds, then send what is due or wait for it; ``False``
+        once idle (the thread unregistered). Its frame ends before the next
+        pass: the thread keeps no job, no holding, alive between passes (a
+        dropped hold would be renewed for ever instead of running out)."""
+        if self._dropped.pending():  # outside the lock; rare: a misuse
+            self._dropped.report()
+        with self._cond:
+            now = time.monotonic()
+            if not self._watched:
+                idle_since[:] = idle_since or [now]
+                if now - idle_since[0] >= IDLE_EXIT:
+                    self._thread = None
+                    self._wake_at = float("inf")
+                    return False
+                self._wake_at = idle_since[0] + IDLE_EXIT
+                self._cond.wait(self._wake_at - now)
+                return True
+            idle_since.clear()
+            due = self._due_or_wait(now)
+        for lane, jobs in due.items():
+            self._dispatch(lane, jobs)
+        return True
+
+    def _due_or_wait(self, now: float) -> dict[Hashable, list[_Job]]:
+        """The jobs due (renewals, and reports of renewals overdue), per lane;
+        if none is, wait (under ``_cond``) until the earliest is."""
+        due_now, earliest = self._scan(now)
+        if not due_now:
+            self._wake_at = earliest
+            if earliest != float("inf"):
+                self._cond.wait(earliest - now)
+        return due_now
+
+    def _scan(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
+        """Each lease due now, as a job for its lane, and when the next is due.
+
+        Forgets the holdings that were dropped. A renewal still on its way
+        when the lease ends (as the holder measures it) is overdue: its report
+        goes to a lane of its own, since the renewal's lane may be stuck on
+        the same server. Jobs hold holdings weakly (see ``_run``): one dropped
+        while another's renewal waits on Redis is not renewed again.
+        """
+        due_now: dict[Hashable, list[_Job]] = {}
+        earliest = float("inf")
+        for key, (ref, due, sent) in list(self._watched.items()):
+            holding = ref()
+            if holding is None:
+                del self._watched[key]
+                continue
+            if sent:
+                due = holding.lease_deadline
+            early = 0.0 if sent else min(holding.renew_interval * EARLY, RETRY_DELAY / 4)
+            if due > now + early:
+                earliest = min(earliest, due)
+            elif sent:
+                del self._watched[key]
+                due_now.setdefault(("overdue", holding.lane), []).append((self._overdue, ref))
+            else:
+                self._watched[key] = (ref, due, True)
+                due_now.setdefault(holding.lane, []).append((self._renew, ref))
+        return due_now, earliest
+
+    def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
+        """Run ``jobs`` in ``lane``'s thread, after that lane's earlier jobs and
+        beside other lanes'; here, when no thread can start for it."""
+        with self._lock:
+            queue = self._lanes.get(lane)
+            if queue is None:
+                queue = _Lane(self._lock)
+                thread = threading.Thread(
+                    target=self._serve, args=(lane, queue), name=LANE_THREAD, daemon=True
+                )
+                try:
+                    thread.start()
+                except RuntimeError as exc:  # "can't start new thread"
+                    logger.warning("Renewing in the watchdog's own thread: %s", exc)
+                    queue = None
+                else:
+                    self._lanes[lane] = queue
+            if queue is not None:
+                queue.jobs.extend(jobs)
+                queue.ready.notify()
+                return
+        left = deque(jobs)
+        while left:
+            work, refs = take_batch(left)
+            try:
+                work(refs)
+            except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
+                logger.warning("A lease renewal stopped: %r", exc)
+
+    def _serve(self, lane: Hashable, queue: _Lane) -> None:
+        """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``;
+        those of one kind waiting together at once (``take_batch``)."""
+        try:
+            while True:
+                with self._lock:
+                    if not queue.jobs:
+                        queue.ready.wait(IDLE_EXIT)
+                        if not queue.jobs:
+                            return
+                    work, refs = take_batch(queue.jobs)
+                try:
+                    work(refs)
+                except Exception:  # a lane must survive anything, as the scheduler does
+                    logger.exception("Lease renewal crashed")
+                except BaseException as exc:  # SystemExit from a lock_lost receiver
+                    logger.warning("A lease renewal thread stopped: %r", exc)
+                    return  # what it does to a thread; the jobs left go to a new one
+                refs = []  # this frame idles next: it keeps no job's references
+        finally:
+            self._leave(lane, queue)
+
+    def _leave(self, lane: Hashable, queue: _Lane) -> None:
+        """A lane's thread ends (idle, or killed by ``SystemExit`` from a
+        ``lock_lost`` receiver): the next job starts a new one, and jobs left
+        in its queue go there."""
+        with self._lock:
+            if self._lanes.get(lane) is queue:
+                del self._lanes[lane]
+            left = list(queue.jobs)
+            queue.jobs.clear()
+        if left:
+            self._dispatch(lane, left)
+
+    def _overdue(self, refs: list[weakref.ref[Renewable]]) -> None:
+        holdings = [holding for holding in (ref() for ref in refs) if holding is not None]
+        _each(holdings, lambda h: h.mark_lost("no answer to the renewal before the lease ended"))
+
+    def _renew(self, refs: list[weakref.ref[Renewable]]) -> None:
+        """Renew these holdings, together where they can be (``renewal_batches``)."""
+        _each(renew_all(refs), self._settle)
+
+    def _settle(self, result: Result) -> None:
+        """After a renewal: schedule the next, or retry, or report the loss."""
+        holding, started, outcome = result
+        if isinstance(outcome, Exception):
+            self._failed(holding, started, outcome)
+        elif not outcome:
+            self._lose(holding, "the lease was gone when the watchdog renewed it")
+        else:
+            self._reschedule(holding, _due(holding, started))
+
+    def _failed(self, holding: Renewable, started: float, exc: Exception) -> None:
+        """A renewal sent at ``started`` raised ``exc``: retry, or report the
+        loss no later than the lease end. If another attempt, failing up to
+        twice as slowly as this one and sent up to half a delay late (a busy
+        machine), would end past it, give up now; early is safe.
+
+        Any exception counts, not only ``LockBackendError`` (a client
+        wrapper's own, a bug): retried for ever instead, the lease ran out
+        with nobody told."""
+        now = time.monotonic()
+        if isinstance(exc, LockBackendError):
+            reason = f"could not reach Redis before the lease ended: {exc}"
+        else:
+            reason = f"could not renew before the lease ended: {exc!r}"
+        if now + 1.5 * RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
+            self._lose(holding, reason)
+            return
+        if isinstance(exc, LockBackendError):
+            logger.warning("Lease renewal failed, retrying: %s", exc)
+        else:
+            logger.error("Lease renewal crashed; retrying", exc_info=exc)
+        self._reschedule(holding, time.monotonic() + RETRY_DELAY)
+
+    def _reschedule(self, holding: Renewable, due: float) -> None:
+        """After a renewal (from its lane): the next one is due at ``due``."""
+        with self._cond:
+            entry = self._watched.get(id(holding))
+            if entry is not None and entry[0]() is holding:
+                self._watched[id(holding)] = (entry[0], due, False)
+                if due < self._wake_at:
+                    self._cond.notify()
+
+    def _lose(self, holding: Renewable, reason: str) -> None:
+        self.unwatch(holding)
+        holding.mark_lost(reason)
+
+
+def _each(items: Iterable[Any], func: Callable[[Any], object]) -> None:
+    """``func`` on every item, even after one raised: an error is logged, and
+    ``SystemExit`` from a ``lock_lost`` receiver raised once the rest are done."""
+    stopped: BaseException | None = None
+    for item in items:
+        try:
+            func(item)
+        except Exception:  # the lane must survive anything
+            logger.exception("Lease renewal crashed")
+        except BaseException as exc:
+            stopped = stopped or exc
+    if stopped is not None:
+        raise stopped
+
+
+watchdog = Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=watchdog._reset)

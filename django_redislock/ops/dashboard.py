@@ -1,0 +1,131 @@
+"""What the admin dashboard shows, as plain data: rows with holders and their
+context, queued waiters, and the hot-names panel.
+
+Every age is measured on the Redis server's clock (one ``TIME`` per page):
+the web node's and the browser's clocks never enter. A holder's ``since`` is
+the holder's own clock at acquire, so "held for" is off by the skew between
+that holder and the Redis server, usually milliseconds under NTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django_redislock import context
+from django_redislock.backend import client as backend
+from django_redislock.ops import history as hot
+from django_redislock.ops import inspection
+from django_redislock.ops.common import Page, holder_data
+
+#: Waiters listed per row (the count is always complete).
+WAITERS_SHOWN = 5
+#: Windows (minutes) and orders the hot-names panel offers.
+WINDOWS = (5, 15, 60)
+ORDERS = ("waits", "timeouts", "lost", "wait_ms")
+
+
+def server_time(client: Any) -> float:
+    """The Redis server's clock, in seconds: the one clock every holder shares."""
+    seconds, micros = client.time()
+    return int(seconds) + int(micros) / 1_000_000
+
+
+def who(holder: str) -> dict[str, str]:
+    """``host``, ``pid``, ``thread`` and ``runs`` of a holder description."""
+    ident, runs = context.split(holder)
+    host, pid, thread = [*ident.split(":", 2), "", ""][:3]
+    return {"host": host, "pid": pid, "thread": thread, "runs": runs}
+
+
+@dataclass(frozen=True)
+class Waiter:
+    position: int  # 1 is next in line
+    waited: float  # seconds since it queued
+    holder: str
+
+
+def _entry_holder(entry: bytes | str | None) -> str:
+    """The holder in a waiter's deadlines entry, ``deadline:grant:holder`` (a
+    permit waiter's grant is 0)."""
+    if entry is None:
+        return ""
+    parts = inspection._text(entry).split(":", 2)
+    return parts[2] if len(parts) == 3 else ""
+
+
+def waiters(
+    client: Any,
+    prefix: str,
+    entries: Sequence[tuple[str, str]],
+    *,
+    now: float,
+    limit: int = WAITERS_SHOWN,
+) -> list[list[Waiter]]:
+    """The first ``limit`` waiters of each ``(name, kind)``: two pipelined round trips.
+
+    A queue's score is the waiter's arrival on the server's clock (µs); its
+    deadlines entry also says who it is.
+    """
+    if not entries:
+        return []
+    parts = [getattr(inspection.kinds([kind])[0], "prefix", "") for _, kind in entries]
+    pipe = client.pipeline(transaction=False)
+    for (name, _), part in zip(entries, parts, strict=True):
+        pipe.zrange(backend.key(prefix, name, f"{part}queue"), 0, limit - 1, withscores=True)
+    queues = pipe.execute()
+    for (name, _), part, queue in zip(entries, parts, queues, strict=True):
+        tokens = [token for token, _ in queue] or ["-"]
+        pipe.hmget(backend.key(prefix, name, f"{part}deadlines"), tokens)
+    details = pipe.execute()
+    return [
+        [
+            Waiter(position, max(0.0, now - score / 1_000_000), _entry_holder(entry))
+            for position, ((_, score), entry) in enumerate(zip(queue, detail, strict=False), 1)
+        ]
+        for queue, detail in zip(queues, details, strict=True)
+    ]
+
+
+def holders(info: inspection.HeldInfo, now: float) -> list[dict[str, Any]]:
+    """``ops.holder_data`` plus each holder's context and ``held_for`` at ``now``."""
+    found = holder_data(info)
+    for data, holder in zip(found, info.holders, strict=True):
+        data.update(who(holder.holder))
+        data["held_for"] = None if holder.since is None else round(now - holder.since, 1)
+    return found
+
+
+def rows(page: Page, client: Any, prefix: str) -> list[dict[str, Any]]:
+    """The page's rows as JSON-ready dicts: ``ops.info_data`` plus each holder's
+    context and age (``held_for``) and the first waiters with theirs."""
+    now = server_time(client)
+    found = page.rows()
+    queued = [i for i, info in enumerate(page.infos) if info.waiters]
+    lines = waiters(client, prefix, [(found[i]["name"], found[i]["kind"]) for i in queued], now=now)
+    by_row = dict(zip(queued, lines, strict=True))
+    for i, (row, info) in enumerate(zip(found, page.infos, strict=True)):
+        row["holders"] = holders(info, now)
+        row["held_for"] = max(
+            (h["held_for"] for h in row["holders"] if h["held_for"] is not None), default=None
+        )
+        row["queue"] = [
+            {"position": w.position, "waited": round(w.waited, 1), **who(w.holder)}
+            for w in by_row.get(i, [])
+        ]
+    return found
+
+
+def hot_panel(client: Any, prefix: str, *, window: int, order: str) -> list[hot.NameHistory]:
+    """The hot names over the last ``window`` minutes, with an hour of series."""
+    history = hot.read(client, prefix, server_time(client), minutes=max(WINDOWS))
+    return hot.hot_names(history, window=window, order=order)
+
+
+def choice(value: str | None, allowed: Sequence[Any], default: Any) -> Any:
+    """``value`` if it names one of ``allowed`` (compared as text), else ``default``."""
+    for option in allowed:
+        if str(option) == value:
+            return option
+    return default

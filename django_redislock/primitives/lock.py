@@ -1,0 +1,152 @@
+"""``Lock``: an exclusive, reentrant, fair, fenced lease on a name.
+
+Round trips: an uncontended acquire is one ``EVALSHA``; a release is one. A
+waiter adds one ``BLPOP`` per wake-up and one re-check, and one ``EVALSHA`` to
+leave the queue if it gives up.
+
+Timeline of a handoff, which is why waiters queue in the script::
+
+    A holds         B: acquire -> refused, queued     B: BLPOP signal:B ...
+    A: release -> DEL lock, RPUSH signal:B            B: wakes -> acquire -> held
+    A: acquire again at once -> refused (B is first in line), queued behind
+
+Without the queue a releaser that re-acquires at once wins nearly every race
+against a waiter that first has to wake up, and other processes starve.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from django_redislock.backend import client as backend
+from django_redislock.backend.scripts import LOCK_RELEASE
+from django_redislock.backend.values import parse_lock_value
+from django_redislock.engine import drivers
+from django_redislock.engine.steps import AcquireResult
+from django_redislock.holds.holding import Holding
+from django_redislock.holds.registry import ThreadHandle
+from django_redislock.primitives.base import SyncPrimitive
+from django_redislock.primitives.lock_common import LockBase
+
+
+class Lock(ThreadHandle, LockBase, SyncPrimitive):
+    """An exclusive lock on ``name``, shared by every process that uses the same Redis.
+
+    Guarantees, as long as Redis keeps its data: at most one holder at a time; a
+    holder can only release or extend its own claim; every acquire gets a
+    fencing token greater than all earlier ones for the name; waiters are
+    served in arrival order. The lease (``timeout``) bounds how long a crashed
+    holder blocks others; with ``auto_renew`` the watchdog keeps a live
+    holder's lease going. If the lease is lost anyway the holder is told
+    (``lock_lost``, ``LockLostError``) rather than carrying on unaware.
+
+    Reentrant per thread: the holder is the thread, not the ``Lock`` object.
+    Any ``Lock`` for the same name and cache alias in the holding thread
+    acquires again without waiting; the lock is freed by that thread's last
+    release (see ``holds/registry.py``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        using: str | None = None,
+    ) -> None:
+        super().__init__(
+            name,
+            timeout=timeout,
+            blocking=blocking,
+            blocking_timeout=blocking_timeout,
+            auto_renew=auto_renew,
+            using=using,
+        )
+        self._local = threading.local()
+
+    # holder state: see holds/registry.py ---------------------------------------------------
+
+    def _holding(self) -> Holding | None:
+        """The hold this handle's release, extend and ``owned`` apply to."""
+        return self._current(None)
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the current thread's hold (``None`` when not held)."""
+        holding = self._holding()
+        return holding.fencing_token if holding is not None else None
+
+    # acquire ----------------------------------------------------------------------
+
+    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
+        """Take the lock; ``False`` when it could not be taken in time.
+
+        Raises ``LockBackendError`` when Redis cannot be reached, and
+        ``LockLostError`` when a nested acquire finds the outer hold lost.
+        """
+        return self._acquire(blocking, blocking_timeout).held
+
+    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
+        resolved = self._resolve()
+        steps = self._acquire_steps(resolved, blocking, blocking_timeout)
+        return drivers.run(steps, resolved.client)
+
+    # release, extend, inspect ---------------------------------------------------------
+
+    def release(self) -> None:
+        """Release one level of this holder's hold.
+
+        Raises ``LockNotOwnedError`` when this holder does not hold the lock and
+        ``LockLostError`` when it did but the lease was lost in the meantime.
+        """
+        holding = self._holding()
+        if holding is None:
+            raise self._not_owned()
+        holding.releasing = holding.depth <= 1
+        try:
+            try:
+                result = LOCK_RELEASE(holding.client, holding.keys, self._release_args(holding))
+            except BaseException as exc:
+                self._release_failed(holding)
+                if isinstance(exc, backend.BACKEND_ERRORS):
+                    raise backend.backend_error(self.name, exc) from exc
+                raise
+            self._after_release(holding, result)
+        finally:
+            self._left(holding)
+
+    def extend(self, seconds: float | None = None) -> None:
+        """Make ``seconds`` (default: the lease as it stands) the lease from now on.
+
+        The watchdog renews by the new lease until release, and so does a
+        nested acquire. Below 1 ms is a ``ValueError``.
+        """
+        holding = self._holding()
+        drivers.run(self._extend_steps(holding, seconds), holding.client if holding else None)
+
+    def locked(self) -> bool:
+        """Whether anyone holds the lock right now."""
+        settings = self._settings()
+        keys, _ = self._key_set(self._prefix(settings))
+        with backend.translate_errors(self.name):
+            return bool(self._client(settings).exists(keys[0]))
+
+    def owned(self) -> bool:
+        """Whether this holder holds the lock, according to Redis."""
+        holding = self._holding()
+        if holding is None:
+            return False
+        keys, _ = self._key_set(self._prefix(self._settings()))
+        with backend.translate_errors(self.name):
+            state = parse_lock_value(holding.client.get(keys[0]))
+        return state is not None and state.token == holding.token
+
+    def ttl(self) -> float | None:
+        """Seconds left on the current lease (anyone's), or ``None`` when free."""
+        settings = self._settings()
+        keys, _ = self._key_set(self._prefix(settings))
+        with backend.translate_errors(self.name):
+            remaining = self._client(settings).pttl(keys[0])
+        return remaining / 1000.0 if remaining >= 0 else None

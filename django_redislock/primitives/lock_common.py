@@ -1,0 +1,283 @@
+"""What ``Lock`` and ``AsyncLock`` share, written once: the fair acquire's
+steps (``engine/steps.py``), the nested re-entry, the release's arguments and
+bookkeeping, and the hold's registry, watchdog and counters. No I/O here: the
+sync driver (``primitives/lock.py``) and the asyncio one (``primitives/async_lock.py``) run the
+steps and send the release.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Generator
+from typing import Any
+
+from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
+from django_redislock.engine import steps as protocol
+from django_redislock.engine.steps import (
+    HANDED,
+    HELD,
+    HELD_RESULT,
+    REFUSED,
+    AcquireResult,
+    Call,
+    Step,
+)
+from django_redislock.holds import counters
+from django_redislock.holds.holding import Holding, holder_description, new_token
+from django_redislock.holds.registry import Handle, HoldKey
+from django_redislock.holds.watchdog import watchdog
+from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
+
+ACQUIRED, NOT_OURS = HELD, -1
+
+
+def acquire_reply(reply: int) -> tuple[int, int]:
+    """``(status, value)`` of the acquire script's one-integer reply.
+
+    Held: the fencing token (> 0); 0: a reentrant acquire found the lock no
+    longer ours; below 0: refused, with a retry hint of ``-1 - reply`` ms.
+    """
+    if reply > 0:
+        return ACQUIRED, reply
+    if reply == 0:
+        return NOT_OURS, 0
+    return REFUSED, -1 - reply
+
+
+#: Why a hold found gone when its holder acquired the name again is lost.
+GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
+
+
+class LockBase(Handle, Primitive):
+    """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
+
+    kind = "lock"
+    parts = ("lock", "fence", "queue", "deadlines", "stats")
+    #: The Lock scripts work out the other keys from the lock key (``lock_keys``
+    #: in ``backend/scripts/_lock_value.lua``): one key to encode per call, not five.
+    script_parts = ("lock",)
+
+    @staticmethod
+    def _waited(begun: float) -> int:
+        """How long this acquire has waited so far, in ms, for the counters."""
+        return int((time.monotonic() - begun) * 1000)
+
+    @staticmethod
+    def _attempt_args(
+        token: str, lease_ms: int, mode: str, holder: str, waiter_ttl_ms: int, stats_ttl_ms: int
+    ) -> dict[str, Any]:
+        """The acquire script's ARGV by name, for a first attempt (no ``waited_ms`` yet)."""
+        return {
+            "token": token,
+            "lease_ms": lease_ms,
+            "mode": mode,
+            "holder": holder,
+            "since_ms": int(time.time() * 1000),
+            "waiter_ttl_ms": waiter_ttl_ms,
+            "stats_ttl_ms": stats_ttl_ms,
+        }
+
+    def _new_holding(
+        self,
+        token: str,
+        holder: str,
+        resolved: Resolved,
+        started: float,
+        fence: int,
+        release: Call,
+    ) -> Holding:
+        """``release``: the release script's call for this holding."""
+        holding = Holding(
+            sender=type(self),
+            name=self.name,
+            kind=self.kind,
+            token=token,
+            holder=holder,
+            client=resolved.client,
+            lease=resolved.lease,
+            started=started,
+            fencing_token=fence,
+            renew_script=LOCK_EXTEND,
+            renew_keys=resolved.keys_for(LOCK_EXTEND),
+            keys=release.keys,
+            stats_key=resolved.stats_key,
+            stats_ttl_ms=resolved.settings.stats_ttl_ms,
+        )
+        # The last level's release: it frees the lock whatever count Redis
+        # holds (see _release_args).
+        holding.release_args = LOCK_RELEASE.args_of(token=token, final=1)
+        return holding
+
+    @staticmethod
+    def _release_args(holding: Holding) -> list[Any]:
+        """The release script's ARGV for this holder's next release.
+
+        The holder's own depth decides which release is the last, not the
+        count in Redis, which can be one off either way: a nested acquire that
+        timed out (Redis hung) may have been counted once Redis answered, and
+        an inner release that failed is left by the holder (``_release_failed``)
+        whether or not Redis ran it. The last release frees the lock anyway,
+        and an inner one never does (``backend/scripts/lock_release.lua``).
+        """
+        if holding.depth > 1:
+            return LOCK_RELEASE.args_of(token=holding.token)
+        return holding.release_args
+
+    def _after_release(self, holding: Holding, result: int) -> None:
+        """Bookkeeping once the release script answered ``result``; raises when lost."""
+        if result == NOT_OURS:
+            holding.mark_lost("the lease was gone when the holder released it")
+            holding.end()
+            raise self._lost(holding)
+        holding.depth -= 1
+        if holding.depth > 0:
+            return
+        lost = holding.lost
+        holding.end()
+        if lost is not None:
+            raise self._lost(holding)
+        self._announce_released(holding.acquired_at)
+
+    def _release_failed(self, holding: Holding) -> None:
+        """Redis could not be told (or its answer was lost, or the release
+        was cancelled). An inner level is left all the same, as its block
+        was: kept, the outer release was sent as an inner one, which never
+        frees the lock, and the watchdog renewed it for as long as the thread
+        lived. The last level: stop renewing, so the lease frees the lock."""
+        if holding.depth > 1:
+            holding.depth -= 1
+        else:
+            holding.end()
+
+    # the acquire, written once for Lock and AsyncLock (see engine/steps.py) ---------------
+
+    def _nest_steps(
+        self,
+        resolved: Resolved,
+        hold_key: HoldKey,
+        holding: Holding,
+        deadline: float | None,
+    ) -> Generator[Step, Any, bool]:
+        """Re-enter this holder's ``holding`` (the script's ``nest`` mode, with
+        its lease renewed); ``False`` when it was found gone (then superseded).
+
+        Bounded by the acquire's ``deadline`` like any attempt. A nest Redis
+        runs after the client gave up leaves Redis's count one above the
+        holder's depth, which the holder's last release ignores (``final``)."""
+        nest = self._attempt_args(
+            holding.token, int(holding.lease * 1000), "nest", holding.holder, 0,
+            resolved.settings.stats_ttl_ms,
+        )  # fmt: skip
+        call = Call(LOCK_ACQUIRE, resolved.keys_for(LOCK_ACQUIRE), LOCK_ACQUIRE.args_of(**nest))
+        reply = yield from protocol.single(protocol.bounded(call, deadline), self.name)
+        if acquire_reply(reply)[0] == NOT_OURS:
+            self._supersede(holding, GONE_AT_REENTRY)
+            return False
+        holding.depth += 1
+        self._took(hold_key, holding)
+        return True
+
+    def _acquire_steps(
+        self, resolved: Resolved, blocking: bool | None, blocking_timeout: float | None
+    ) -> Generator[Step, Any, AcquireResult]:
+        """Acquire: held, or refused with the server's retry hint."""
+        settings = resolved.settings
+        if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
+            watchdog.ensure_running()
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        hold_key = self._hold_key(resolved.alias, resolved.keys[0])
+        holding = self._reentry(hold_key)
+        begun = time.monotonic()
+        deadline = None if budget is None else begun + budget
+        if holding is not None and (
+            yield from self._nest_steps(resolved, hold_key, holding, deadline)
+        ):
+            return HELD_RESULT
+
+        token, holder = new_token(), holder_description()
+        # a handoff's first lease (backend/scripts/lock_acquire.lua): without a watchdog
+        # the next attempt takes it instead, with the full lease
+        waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
+        grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
+        release = Call(
+            LOCK_RELEASE, resolved.keys_for(LOCK_RELEASE), LOCK_RELEASE.args_of(token=token)
+        )
+        args = self._attempt_args(
+            token, resolved.lease_ms, "wait" if may_wait else "try", holder, waiter_ttl_ms,
+            settings.stats_ttl_ms,
+        )  # fmt: skip
+        attempt = self._attempt(resolved, args, release, may_wait, deadline, grant, begun)
+        outcome = yield from protocol.acquire(attempt)
+        if not outcome.held:
+            self._announce_contended(begun)
+            return AcquireResult.refused(outcome.value)
+        holding = self._new_holding(
+            token, holder, resolved, outcome.started, outcome.value, release
+        )
+        self._held(hold_key, holding, resolved, outcome, grant, begun)
+        return HELD_RESULT
+
+    def _attempt(
+        self,
+        resolved: Resolved,
+        args: dict[str, Any],
+        release: Call,
+        may_wait: bool,
+        deadline: float | None,
+        grant: float,
+        begun: float,
+    ) -> protocol.Attempt:
+        """The fair acquire's attempt for a new hold: ``args`` named as the
+        acquire script names them, ``release`` the hold's release call."""
+        acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
+        # The cancel script leaves the queue and passes on a lock the attempt
+        # was granted or handed: the clean-up after an interruption, too.
+        cancel = Call(LOCK_CANCEL, release.keys, release.args)
+        return protocol.Attempt(
+            name=self.name,
+            call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
+            parse=acquire_reply,
+            leave=cancel,
+            undo=cancel,
+            signal_key=resolved.sigprefix + args["token"],
+            chunk=resolved.chunk,
+            may_wait=may_wait,
+            deadline=deadline,
+            handoff_lease=grant,
+            on_wait=lambda: Call(
+                LOCK_ACQUIRE,
+                acquire_keys,
+                LOCK_ACQUIRE.args_of(**args, waited_ms=self._waited(begun)),
+            ),
+        )
+
+    def _held(
+        self,
+        hold_key: HoldKey,
+        holding: Holding,
+        resolved: Resolved,
+        outcome: protocol.Outcome,
+        grant: float,
+        begun: float,
+    ) -> None:
+        """Bookkeeping of a new hold: registry, watchdog, counters, ``lock_acquired``."""
+        if outcome.status == HANDED:  # a short first lease, which the watchdog renews soon
+            holding.lease_deadline = outcome.started + grant
+        self._took(hold_key, holding)
+        if resolved.auto_renew:
+            watchdog.watch(holding)
+        # a handoff came after `started` (see protocol.acquire); the wait ended now
+        ended = time.monotonic() if outcome.status == HANDED else outcome.started
+        if resolved.stats_key is not None:  # wait_ms counts only time spent in line
+            waited = ended - begun if outcome.waited else 0.0
+            counters.acquired(
+                resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
+            )
+        self._announce_acquired(ended - begun, outcome.value)
+
+    # holders: see ``holds/registry.py`` ------------------------------------------------------
+
+    def _own_hold_key(self) -> HoldKey:
+        settings = self._settings()
+        keys, _ = self._key_set(self._prefix(settings))
+        return self._hold_key(self.using or settings.cache, keys[0])

@@ -1,0 +1,248 @@
+"""How an acquire's commands are bounded by its budget (``engine/bounds.py``); the
+behaviour on a paused server is in ``tests/engine/test_hung_server.py``."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import math
+import threading
+import time
+from typing import Any
+
+import pytest
+import redis
+
+from django_redislock.engine import bounds
+from django_redislock.engine.steps import Call
+from tests.support.servers import free_port
+
+
+@pytest.mark.parametrize(
+    "remaining", [-1.0, 0.0, 0.1, 0.5, 0.6, 1.0, 1.9, 2.0, 2.1, 5.0, 9.99, 3600]
+)
+def test_a_bucket_never_cuts_the_budget_short_and_overshoots_little(remaining: float) -> None:
+    seconds = bounds.bucket(remaining)
+    assert seconds >= max(remaining, bounds.FLOOR)
+    assert seconds <= max(bounds.FLOOR, remaining + bounds.GRAIN, remaining * 2 ** (1 / 8)) + 1e-9
+
+
+def test_few_buckets_serve_a_long_budget() -> None:
+    buckets = {bounds.bucket(tenth / 10) for tenth in range(600)}
+    # multiples of GRAIN up to FINE_UP_TO, then 8 per doubling
+    assert len(buckets) <= 7 + bounds.STEPS_PER_DOUBLING * math.ceil(math.log2(60 / 2))
+
+
+def test_a_client_whose_socket_timeout_is_short_enough_runs_as_it_is() -> None:
+    client = redis.Redis(socket_timeout=0.3)
+    assert bounds.Siblings().get(client, 5.0) is None
+
+
+@pytest.mark.parametrize("socket_timeout", [None, 30.0])
+def test_a_client_with_a_longer_socket_timeout_gets_a_cached_sibling(
+    socket_timeout: float | None,
+) -> None:
+    client = redis.Redis(port=1, socket_timeout=socket_timeout, db=3)
+    siblings = bounds.Siblings()
+    bound = siblings.get(client, 4.0)
+    assert bound is not None and bound.seconds == bounds.bucket(4.0)
+    sibling = bound.client
+    assert type(sibling) is type(client)
+    kwargs = sibling.connection_pool.connection_kwargs
+    assert kwargs["socket_timeout"] == bound.seconds
+    assert kwargs["socket_connect_timeout"] == bound.seconds
+    assert (kwargs["port"], kwargs["db"]) == (1, 3)
+    assert not kwargs["retry_on_timeout"]
+    # a timed-out command is never sent again (it would outlive the budget)
+    calls: list[int] = []
+
+    def times_out() -> None:
+        calls.append(1)
+        raise redis.TimeoutError("timed out")
+
+    with pytest.raises(redis.TimeoutError):
+        kwargs["retry"].call_with_retry(times_out, lambda error: None)
+    assert len(calls) == 1, "sent again"
+    assert siblings.get(client, 4.0 - 1e-6) is bound  # same bucket, same sibling
+
+
+def test_a_pool_without_a_plain_sibling_is_bounded_on_asyncio_only() -> None:
+    class CustomPool(redis.ConnectionPool):
+        pass
+
+    client = redis.Redis(connection_pool=CustomPool())
+    bound = bounds.Siblings().get(client, 1.0)
+    assert bound is not None and bound.client is None and bound.seconds == 1.0
+    assert bounds.own_socket_timeout(client) == made_timeout(client)
+
+
+def made_timeout(client: redis.Redis) -> float:
+    """The socket timeout a connection of ``client``'s pool really gets."""
+    connection = client.connection_pool.make_connection()
+    try:
+        return connection.socket_timeout or math.inf
+    finally:
+        connection.disconnect()
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"socket_timeout": None}, {"socket_timeout": 2.5}], ids=["unset", "none", "2.5"]
+)
+def test_own_socket_timeout_is_what_the_connections_get(kwargs: dict[str, Any]) -> None:
+    """redis-py 8 gives a connection 5 s when no socket_timeout is passed;
+    earlier versions none. Either way, what a connection really gets."""
+    client = redis.Redis(port=free_port(), **kwargs)
+    assert bounds.own_socket_timeout(client) == made_timeout(client)
+    if "socket_timeout" in kwargs:
+        assert bounds.own_socket_timeout(client) == (kwargs["socket_timeout"] or math.inf)
+
+
+def test_a_connection_class_of_ones_own_has_its_default_read_from_its_signature() -> None:
+    class Patient(redis.Connection):
+        def __init__(self, *args: Any, socket_timeout: float | None = 42.0, **kw: Any) -> None:
+            super().__init__(*args, socket_timeout=socket_timeout, **kw)
+
+    client = redis.Redis(connection_pool=redis.ConnectionPool(connection_class=Patient))
+    assert bounds.own_socket_timeout(client) == made_timeout(client) == 42.0
+
+
+def test_a_worker_answers_or_times_out_without_waiting_for_the_command() -> None:
+    workers = bounds.Workers()
+    assert workers.call(1.0, max, 2, 5) == 5
+    stuck = threading.Event()
+    try:
+        with pytest.raises(TimeoutError):
+            workers.call(0.05, stuck.wait, 30)
+    finally:
+        stuck.set()  # the hung command ends when Redis (here: the event) answers
+    with pytest.raises(ZeroDivisionError):  # the command's own error reaches the caller
+        workers.call(1.0, divmod, 1, 0)
+
+
+def test_the_janitor_sends_a_clean_up_only_after_the_abandoned_command_ended() -> None:
+    sent: list[str] = []
+    running = concurrent.futures.Future[None]()
+    janitor = bounds.Janitor()
+    cleanup = Call(lambda client, keys, args: sent.append("clean-up"), [], [])
+    janitor.submit(redis.Redis(port=1), cleanup, after=running)
+    assert not janitor.wait_idle(0.3)  # the abandoned command may still reach Redis
+    assert sent == []
+    running.set_result(None)
+    assert janitor.wait_idle(10)
+    assert sent == ["clean-up"]
+
+
+def test_dropped_clean_ups_are_forgotten_the_one_in_hand_too() -> None:
+    """For the test rig: a clean-up for a server a test stopped is retried for
+    two minutes, and a later test waiting for the janitor to idle waited for it."""
+    tried = threading.Event()
+
+    def refused(client: Any, keys: Any, args: Any) -> None:
+        tried.set()
+        raise redis.ConnectionError("refused")
+
+    janitor = bounds.Janitor()
+    janitor.submit(redis.Redis(port=1), Call(refused, [], []))
+    assert tried.wait(5)  # in hand: failed, about to be tried again
+    assert not janitor.wait_idle(0.1)
+    janitor.drop_pending()
+    assert janitor.wait_idle(10)
+    assert janitor.pending() == 0
+
+
+def test_a_forgotten_sibling_closes_its_connections(redis_url: str) -> None:
+    """New settings drop the siblings; their sockets are closed, not left to the
+    garbage collector (which may finalize a socket before its connection)."""
+    import gc
+
+    client = redis.Redis.from_url(redis_url, socket_timeout=30)
+    probe = redis.Redis.from_url(redis_url)
+    try:
+        siblings = bounds.Siblings()
+        bound = siblings.get(client, 1.0)
+        assert bound is not None and bound.client is not None
+        bound.client.client_setname("forgotten-sibling")
+
+        def named() -> int:
+            return sum(c["name"] == "forgotten-sibling" for c in probe.client_list())
+
+        assert named() == 1
+        # the test keeps the pool: only the sibling's own clean-up can close it
+        pool = bound.client.connection_pool
+        del bound, siblings
+        gc.collect()
+        deadline = time.monotonic() + 5  # the server notices the close asynchronously
+        while named() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert named() == 0, "the forgotten sibling's connection is still open"
+        pool.disconnect()
+    finally:
+        client.close()
+        probe.close()
+
+
+class OwnPool(redis.ConnectionPool):
+    """A pool class of the project's own: no sibling client, a worker thread instead."""
+
+
+@pytest.mark.usefixtures("real_redis")  # blocked_clients, from INFO
+def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
+    redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a pool with no sibling a bounded step runs on a worker thread. The
+    waiters' ``BLPOP``s ran on the commands' workers (16 per server): with 16
+    threads waiting for a busy name, an uncontended acquire of another name on
+    the same healthy server queued behind their waits, up to a wait chunk, and
+    gave up with ``LockBackendTimeout``."""
+    from django.test import override_settings
+
+    from django_redislock import Lock
+    from django_redislock.backend import client as backend
+    from tests.settings import redis_cache
+    from tests.support.other_holders import OtherThread
+
+    monkeypatch.setattr(backend, "MAX_WAIT_CHUNK", 10.0)  # long waits: a late command shows
+    caches = {
+        # a URL of its own: django-redis keeps one pool per URL, whatever its class
+        "default": redis_cache(
+            f"{redis_url}?client_name=crowd",
+            SOCKET_TIMEOUT=None,
+            CONNECTION_POOL_CLASS=f"{__name__}.OwnPool",
+        )
+    }
+    waiters, queue = bounds.MAX_WORKERS, "redislock:{crowd}:queue"
+    holder_thread = OtherThread()
+    with override_settings(CACHES=caches):
+        holder = Lock("crowd", timeout=60)
+        assert holder_thread(holder.acquire, blocking=False)
+        errors: list[BaseException] = []
+
+        def wait_in_line() -> None:
+            try:
+                with Lock("crowd", timeout=60, blocking_timeout=40):
+                    pass
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=wait_in_line) for _ in range(waiters)]
+        try:
+            for thread in threads:
+                thread.start()
+            deadline = time.monotonic() + 20
+            while (
+                redis_client.zcard(queue) < waiters
+                or int(redis_client.info("clients")["blocked_clients"]) < waiters
+            ):
+                assert time.monotonic() < deadline, "the waiters never all waited"
+                time.sleep(0.01)
+            started = time.monotonic()
+            other = Lock("other", blocking_timeout=3)
+            assert other.acquire(), "an uncontended acquire waited for the waiters' threads"
+            other.release()
+            assert time.monotonic() - started < 2.0
+        finally:
+            holder_thread(holder.release)
+            holder_thread.close()
+            for thread in threads:
+                thread.join(60)
+    assert errors == []
+    assert redis_client.zcard(queue) == 0

@@ -1,0 +1,61 @@
+"""Threads that cannot start, as in a process at its thread, pid or memory limit."""
+
+from __future__ import annotations
+
+import threading
+import types
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from django_redislock.holds.watchdog import Watchdog
+
+
+def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[threading.Thread]:
+    """Make every thread ``module`` starts fail to (``RuntimeError``, as
+    CPython says "can't start new thread"); the list gets each one refused.
+
+    Only that module's view of ``threading`` changes: other threads of the
+    test process start as usual."""
+    refused: list[threading.Thread] = []
+
+    class Refused(threading.Thread):
+        def start(self) -> None:
+            refused.append(self)
+            raise RuntimeError("can't start new thread")
+
+    view = types.SimpleNamespace(
+        Thread=Refused,
+        Lock=threading.Lock,
+        Condition=threading.Condition,
+        Event=threading.Event,
+        current_thread=threading.current_thread,
+    )
+    monkeypatch.setattr(module, "threading", view)
+    return refused
+
+
+def wait_idle(dog: Watchdog | None = None) -> None:
+    """Wait for ``dog``'s scheduler thread (the process's watchdog by default)
+    to exit, with ``IDLE_EXIT`` already made short by the caller: one waiting
+    for a renewal due later is woken to read it anew."""
+    from django_redislock.holds.watchdog import watchdog
+
+    dog = watchdog if dog is None else dog
+    with dog._cond:
+        dog._cond.notify_all()
+    thread = dog._thread
+    if thread is not None:
+        thread.join(10)
+
+
+def no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watchdog's thread gone idle, and none that can start."""
+    from django_redislock.holds import watchdog as watchdog_module
+
+    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.1)
+    wait_idle()
+    assert watchdog_module.watchdog._thread is None
+    refuse_threads(monkeypatch, watchdog_module)
