@@ -2,9 +2,9 @@
 
 ``run`` does the steps with a synchronous redis-py client, ``run_async`` on
 asyncio through an ``AsyncConnection`` (natively, or in a worker thread where
-the topology has no asyncio client), and ``run_quorum`` does ``Redlock``'s
-quorum steps on all its servers at once (``fanout``). Both send each step's reply back into
-the protocol, or throw the step's exception into it, so clean-up and error
+the topology has no asyncio client); ``Redlock``'s quorum steps have a driver of
+their own beside its servers (``primitives/redlock/fanout.py``). Each sends a
+step's reply back into the protocol, or throw the step's exception into it, so clean-up and error
 translation live in the protocol, once. A step that carries its acquire's
 deadline is bounded by it even when Redis stops answering (``engine/bounds.py``);
 the others run as they always did.
@@ -27,8 +27,7 @@ import redis
 from django_redislock.backend import aio as async_clients
 from django_redislock.backend import client as backend
 from django_redislock.engine import bounds
-from django_redislock.engine.steps import Call, Pause, QuorumStep, Step
-from django_redislock.primitives.redlock import fanout
+from django_redislock.engine.steps import Call, Step
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -336,30 +335,6 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
                 reply = await conn.wait_signal(step.key, step.timeout)
             if not (isinstance(step, Call) and step.shield):  # a clean-up goes on regardless
                 conn.honour_lost_cancellation()
-        except BaseException as exc:
-            reply, error = None, exc
-
-
-def run_quorum(steps: Generator[QuorumStep, Any, T], servers: fanout.Servers) -> T:
-    """Run quorum ``steps`` (``primitives/redlock/quorum.py``): each ``FanOut`` on every server at
-    once, through redis-py's public path; a ``Pause`` sleeps."""
-    reply: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            step = steps.send(reply) if error is None else steps.throw(error)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        error = None
-        try:
-            if isinstance(step, Pause):
-                time.sleep(step.seconds)
-                reply = None
-            else:
-                call = step.call
-                reply = fanout.run_on_all(
-                    servers, call.script, call.keys, call.args, timeout=step.timeout, only=step.only
-                )
         except BaseException as exc:
             reply, error = None, exc
 

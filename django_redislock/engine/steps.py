@@ -6,7 +6,7 @@ the step's reply, and returns an ``Outcome``. ``engine/drivers.py`` runs it on a
 synchronous client or on asyncio; ``Lock``, ``AsyncLock`` and the permit
 primitives (sync and async) describe their attempt with an ``Attempt`` and
 share this one loop. ``Redlock``'s quorum acquire (``primitives/redlock/quorum.py``) has steps
-of its own, ``FanOut`` and ``Pause``, run by ``drivers.run_quorum``.
+of its own, ``FanOut`` and ``Pause``, run by ``primitives/redlock/fanout.run_quorum``.
 
 Waiting is event driven: a waiter queues itself in the acquire script, then
 blocks on its own signal list with ``BLPOP``; a release pushes to the list
@@ -50,6 +50,33 @@ REFUSED = 0
 HANDED = 2
 #: What a plain wake-up pushes to a waiter's signal list (a handoff pushes a fencing token).
 WAKE_UP = (b"1", "1")
+#: A reentrant acquire found the lock no longer ours (the acquire script's ``0``).
+NOT_OURS = -1
+#: A permit acquire's status: its stored limit differs from this holder's (refused).
+LIMIT_MISMATCH = -2
+
+
+def acquire_reply(reply: int) -> tuple[int, int]:
+    """``(status, value)`` of the lock acquire script's one-integer reply.
+
+    Held: the fencing token (> 0); 0: a reentrant acquire found the lock no
+    longer ours; below 0: refused, with a retry hint of ``-1 - reply`` ms.
+    Here, beside the steps that read it, because ``Lock`` and ``Redlock``'s
+    quorum both decode it.
+    """
+    if reply > 0:
+        return HELD, reply
+    if reply == 0:
+        return NOT_OURS, 0
+    return REFUSED, -1 - reply
+
+
+def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
+    """``(status, value)`` of a permit acquire script's reply: ``{status, value}``,
+    or the bare fencing token of a grant (``> 0``)."""
+    if isinstance(reply, int):
+        return HELD, reply
+    return int(reply[0]), int(reply[1])
 
 
 # Call and Wait are never changed once built, but not frozen: a frozen

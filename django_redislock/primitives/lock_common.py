@@ -15,34 +15,18 @@ from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXT
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import (
     HANDED,
-    HELD,
     HELD_RESULT,
-    REFUSED,
+    NOT_OURS,
     AcquireResult,
     Call,
     Step,
+    acquire_reply,
 )
 from django_redislock.holds import counters
 from django_redislock.holds.holding import Holding, holder_description, new_token
 from django_redislock.holds.registry import Handle, HoldKey
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
-
-ACQUIRED, NOT_OURS = HELD, -1
-
-
-def acquire_reply(reply: int) -> tuple[int, int]:
-    """``(status, value)`` of the acquire script's one-integer reply.
-
-    Held: the fencing token (> 0); 0: a reentrant acquire found the lock no
-    longer ours; below 0: refused, with a retry hint of ``-1 - reply`` ms.
-    """
-    if reply > 0:
-        return ACQUIRED, reply
-    if reply == 0:
-        return NOT_OURS, 0
-    return REFUSED, -1 - reply
-
 
 #: Why a hold found gone when its holder acquired the name again is lost.
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"

@@ -31,7 +31,15 @@ from django_redislock.backend.values import HolderInfo, parse_holders
 from django_redislock.engine import drivers
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.drivers import AsyncConnection
-from django_redislock.engine.steps import HELD_RESULT, REFUSED, AcquireResult, Call, Step
+from django_redislock.engine.steps import (
+    HELD,
+    HELD_RESULT,
+    REFUSED,
+    AcquireResult,
+    Call,
+    Step,
+    permit_reply,
+)
 from django_redislock.holds.holding import Holding, current_pid, holder_description, new_token
 from django_redislock.holds.registry import forget_when_done
 from django_redislock.holds.watchdog import watchdog
@@ -42,16 +50,6 @@ from django_redislock.primitives.base import (
     Resolved,
     SyncPrimitive,
 )
-
-GRANTED, LIMIT_MISMATCH = 1, -2
-
-
-def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
-    """``(status, value)`` of an acquire script's reply: ``{status, value}``, or
-    the bare fencing token of a grant (``> 0``)."""
-    if isinstance(reply, int):
-        return GRANTED, reply
-    return int(reply[0]), int(reply[1])
 
 
 @dataclass(slots=True)
@@ -186,7 +184,7 @@ class PermitBase(Primitive):
 
     def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> AcquireResult:
         """Record the outcome: held, or refused with the retry hint."""
-        if status != GRANTED:
+        if status != HELD:
             if status != REFUSED:
                 self._on_status(status, value)
             self._announce_contended(attempt.begun)

@@ -17,8 +17,8 @@ two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 from __future__ import annotations
 
 from django_redislock.backend.scripts import SEMAPHORE_ACQUIRE
+from django_redislock.engine.steps import LIMIT_MISMATCH
 from django_redislock.primitives.permits import (
-    LIMIT_MISMATCH,
     AsyncPermitPrimitive,
     PermitBase,
     PermitPrimitive,

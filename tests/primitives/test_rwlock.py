@@ -185,7 +185,7 @@ def test_a_reader_let_in_from_the_queue_wakes_the_readers_behind_it(
     behind it up to the next writer, instead of leaving them asleep until
     their wait chunk ends (found by an independent review)."""
     from django_redislock.backend.scripts import PERMIT_CANCEL, PERMIT_RELEASE, RWLOCK_ACQUIRE
-    from django_redislock.primitives.permits import permit_reply
+    from django_redislock.engine.steps import permit_reply
 
     base = "redislock:{reader-cascade}:"
     parts = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")

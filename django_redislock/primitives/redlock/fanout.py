@@ -35,15 +35,18 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
 from django_redislock.backend.client import BACKEND_ERRORS
+from django_redislock.engine.steps import Pause, QuorumStep
 
 if TYPE_CHECKING:
     from django_redislock.backend.scripts import Script
+
+T = TypeVar("T")
 
 #: Upper bound of worker threads per server (a stalled server holds one each):
 #: its cap of calls in flight.
@@ -309,3 +312,27 @@ def run_on_all(
 ) -> list[Any]:
     """``servers.run(...)``: the one place every Redlock fan-out passes."""
     return servers.run(script, keys, args, timeout=timeout, only=only, enough=enough)
+
+
+def run_quorum(steps: Generator[QuorumStep, Any, T], servers: Servers) -> T:
+    """Run quorum ``steps`` (``primitives/redlock/quorum.py``): each ``FanOut`` on every server at
+    once, through redis-py's public path; a ``Pause`` sleeps."""
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = steps.send(reply) if error is None else steps.throw(error)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        error = None
+        try:
+            if isinstance(step, Pause):
+                time.sleep(step.seconds)
+                reply = None
+            else:
+                call = step.call
+                reply = run_on_all(
+                    servers, call.script, call.keys, call.args, timeout=step.timeout, only=step.only
+                )
+        except BaseException as exc:
+            reply, error = None, exc

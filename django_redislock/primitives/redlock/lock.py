@@ -8,7 +8,7 @@ the attempt is retried after a random delay. With N servers up to (N - 1) / 2
 may be down or partitioned away.
 
 The pieces: ``quorum`` (the acquire, written once without I/O, and the
-majority arithmetic), ``drivers.run_quorum`` and ``fanout`` (every server at
+majority arithmetic), ``fanout.run_quorum`` and ``fanout`` (every server at
 once, through redis-py's public API), ``redlock_servers`` (which servers, and
 the lock-script calls made there), ``redlock_holding`` (renewal on a majority).
 """
@@ -26,7 +26,6 @@ from django.core.exceptions import ImproperlyConfigured
 from django_redislock import signals
 from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from django_redislock.conf import LockSettings, get_settings
-from django_redislock.engine import drivers
 from django_redislock.engine.steps import HELD_RESULT, AcquireResult
 from django_redislock.exceptions import LockLostError, LockNotOwnedError, LockTimeout
 from django_redislock.holds.holding import Holding, holder_description, new_token
@@ -200,7 +199,7 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
             lease=lease,
             deadline=None if budget is None else begun + budget,
         )
-        outcome = drivers.run_quorum(quorum_acquire(attempt), servers)
+        outcome = fanout.run_quorum(quorum_acquire(attempt), servers)
         if not outcome.held:
             self._announce_contended(begun)
             return AcquireResult.refused(outcome.value)

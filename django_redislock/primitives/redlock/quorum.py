@@ -5,7 +5,7 @@ lease less the clock-drift allowance of the algorithm (antirez, "Distributed
 locks with Redis"). Like ``protocol.acquire`` for one server, the attempt is
 a generator: it yields a ``protocol.FanOut`` (one script on every server at
 once; the reply is one result per server, a value or the exception) or a
-``protocol.Pause`` between attempts, and returns a ``protocol.Outcome``. ``drivers.run_quorum``
+``protocol.Pause`` between attempts, and returns a ``protocol.Outcome``. ``fanout.run_quorum``
 performs the steps through ``fanout``.
 
 Why waiting polls: a ``Lock`` waiter sleeps on a list that the releasing
@@ -27,9 +27,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from django_redislock import validation
-from django_redislock.engine.steps import HELD, REFUSED, Call, FanOut, Outcome, Pause, QuorumStep
+from django_redislock.engine.steps import (
+    HELD,
+    REFUSED,
+    Call,
+    FanOut,
+    Outcome,
+    Pause,
+    QuorumStep,
+    acquire_reply,
+)
 from django_redislock.exceptions import LockBackendError
-from django_redislock.primitives.lock_common import ACQUIRED, acquire_reply
 
 logger = logging.getLogger(__name__)
 
@@ -144,7 +152,7 @@ def acquire(attempt: QuorumAttempt) -> Generator[QuorumStep, Any, Outcome]:
             yield from _undo(attempt, [None] * attempt.count)
             raise
         replies = [acquire_reply(r) if isinstance(r, int) else None for r in results]
-        granted = [r[1] for r in replies if r is not None and r[0] == ACQUIRED]
+        granted = [r[1] for r in replies if r is not None and r[0] == HELD]
         if len(granted) >= needed and lease - (time.monotonic() - started) - allowance > 0:
             return Outcome(HELD, max(granted), started)
         yield from _undo(attempt, results)
