@@ -53,7 +53,7 @@ def ids(messages: list[CheckMessage]) -> list[str]:
 
 def test_every_documented_id_is_tested() -> None:
     documented = set(re.findall(r"`django_redislock\.([EW]\d{3})`", DOCS.read_text()))
-    source = "".join(p.read_text() for p in Path(__file__).parent.glob("test_*.py"))
+    source = "".join(p.read_text() for p in Path(__file__).parent.rglob("test_*.py"))
     tested = set(re.findall(r'\b([EW]\d{3})"', source))
     assert documented, "no ids found in docs/checks.md"
     assert documented <= tested, f"untested check ids: {sorted(documented - tested)}"

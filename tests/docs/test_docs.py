@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Pages whose Python blocks are meant to be pasted into a project as they are
 #: (others, such as semaphores.md, sketch with placeholders like ``build_export()``).
@@ -31,10 +31,12 @@ RECIPE_PAGES = [
 def test_every_test_named_in_guarantees_exists() -> None:
     page = (ROOT / "docs" / "guarantees.md").read_text()
     defined: dict[str, set[str]] = {}
-    for path in (ROOT / "tests").glob("test_*.py"):
-        defined[path.name] = set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        tests = set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+        defined[path.relative_to(ROOT).as_posix()] = tests
+        defined.setdefault(path.name, set()).update(tests)
     everywhere = set().union(*defined.values())
-    named = re.findall(r"`(?:(test_\w+\.py)::)?(test_\w+)(?:\[\w+\])?\*?`", page)
+    named = re.findall(r"`(?:((?:tests/)?[\w/]*test_\w+\.py)::)?(test_\w+)(?:\[\w+\])?\*?`", page)
     assert len(named) > 20, "the guarantees page names too few tests"
     missing = []
     for module, test in named:
@@ -44,7 +46,7 @@ def test_every_test_named_in_guarantees_exists() -> None:
         elif test not in (defined.get(module, set()) if module else everywhere):
             missing.append(f"{module}::{test}" if module else test)
     assert not missing, f"docs/guarantees.md names tests that do not exist: {missing}"
-    for module in re.findall(r"`(test_\w+\.py)`", page):
+    for module in re.findall(r"`((?:tests/)?[\w/]*test_\w+\.py)`", page):
         assert module in defined, f"docs/guarantees.md names a missing module {module}"
 
 
