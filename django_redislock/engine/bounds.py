@@ -33,13 +33,11 @@ until it ended.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import concurrent.futures
 import inspect
 import logging
 import math
-import os
 import threading
 import time
 import weakref
@@ -52,6 +50,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_redislock.conf import generation
+from django_redislock.engine.threads import Lifecycle
 from django_redislock.engine.workers import ServerPools
 
 if TYPE_CHECKING:
@@ -305,43 +304,33 @@ class Janitor:
     """
 
     def __init__(self) -> None:
-        self._reset_after_fork()
+        self._reset()
+        self._life = Lifecycle("django-redislock-janitor", self._reset, at_exit=self.drain_at_exit)
 
-    def _reset_after_fork(self) -> None:
+    def _reset(self) -> None:
         """The child starts empty, with a new lock: one held by the parent's
         janitor thread at ``fork()`` would never be released in the child."""
         self._lock = threading.Lock()
         self._pending: collections.deque[_Cleanup] = collections.deque()
         self._thread: threading.Thread | None = None
-        self._pid = os.getpid()
         self._dropped = 0  # how many times ``drop_pending`` ran
 
     def drain_at_exit(self) -> None:
         """At exit: wait for the clean-ups still to be sent, at most
         ``CLEANUP_AT_EXIT`` (the thread is a daemon: a short script that
         cancelled an acquire would otherwise exit before its clean-up)."""
-        if self._pid == os.getpid():  # not a child forked without the hooks
-            self.wait_idle(CLEANUP_AT_EXIT)
+        self.wait_idle(CLEANUP_AT_EXIT)
 
     def submit(
         self, client: Any, call: Call, after: concurrent.futures.Future[Any] | None = None
     ) -> None:
         """Send ``call`` on ``client`` (the cache's sync client) in the background,
         once the abandoned command ``after`` (a worker's, see ``Abandoned``) ended."""
-        if self._pid != os.getpid():  # forked without the hooks: the parent's thread is not here
-            self._reset_after_fork()
+        self._life.forked()  # without the hooks: the parent's thread is not here
         with self._lock:
             self._pending.append((client, call, time.monotonic() + CLEANUP_PATIENCE, after))
-            if self._thread is None:
-                thread = threading.Thread(
-                    target=self._run, name="django-redislock-janitor", daemon=True
-                )
-                try:
-                    thread.start()
-                except RuntimeError:  # "can't start new thread": the next submit tries again
-                    logger.warning("Could not start the janitor thread", exc_info=True)
-                    return
-                self._thread = thread
+            if self._thread is None:  # none started: the next submit tries again
+                self._thread = self._life.start(self._run)
 
     def pending(self) -> int:
         """How many clean-ups are waiting to be delivered (for tests)."""
@@ -396,7 +385,3 @@ class Janitor:
 
 
 janitor = Janitor()
-atexit.register(janitor.drain_at_exit)
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=janitor._reset_after_fork)
-    os.register_at_fork(after_in_child=workers.reset)

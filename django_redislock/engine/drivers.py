@@ -16,7 +16,6 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-import os
 import sys
 import time
 from collections.abc import Awaitable, Callable, Generator
@@ -337,7 +336,3 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
                 conn.honour_lost_cancellation()
         except BaseException as exc:
             reply, error = None, exc
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=waits.reset)

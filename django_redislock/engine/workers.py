@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import os
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from django_redislock.engine.threads import Lifecycle
 
 T = TypeVar("T")
 
@@ -38,6 +39,8 @@ class DaemonPool:
         self.name = name
         self.idle_exit = idle_exit
         self.reset()
+        # made and dropped at run time (one per server): its ServerPools resets it
+        self._life = Lifecycle(name, self.reset, hook_fork=False)
 
     def reset(self) -> None:
         """No workers and no jobs: new, or a forked child's."""
@@ -46,28 +49,23 @@ class DaemonPool:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._idle = 0
         self._workers = 0
-        self._pid = os.getpid()  # last: another thread may check it meanwhile
 
     def submit(self, func: Callable[..., T], *args: Any) -> concurrent.futures.Future[T]:
         """Queue ``func(*args)``; ``RuntimeError`` when no worker runs and
         none can start (the process's thread limit; at exit, on Python 3.12)."""
-        if self._pid != os.getpid():  # forked without the hooks (os.fork from C)
-            self.reset()
+        self._life.forked()  # without the hooks (os.fork from C)
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._mutex:
             self._jobs.append((future, func, args))
             if len(self._jobs) <= self._idle or self._workers >= self.max_workers:
                 self._ready.notify()
                 return future
-            thread = threading.Thread(target=self._work, name=self.name, daemon=True)
             self._workers += 1  # before it runs: it counts itself out when idle
-            try:
-                thread.start()
-            except RuntimeError:  # "can't start new thread": it never ran
+            if self._life.start(self._work) is None:  # it never ran
                 self._workers -= 1
                 if self._workers == 0:  # nobody would ever take the job
                     self._jobs.remove((future, func, args))
-                    raise
+                    raise RuntimeError(f"can't start new thread ({self.name})")
             # (an interrupt inside start() leaves the count: the thread runs)
         return future
 
@@ -121,19 +119,18 @@ class ServerPools:
         self.name = name
         self.max_servers = max_servers
         self.reset()
+        self._life = Lifecycle(name, self.reset)
 
     def reset(self) -> None:
         """No pools: new, or a forked child's."""
         self._mutex = threading.Lock()
         self._pools: dict[int, tuple[Callable[[], object], DaemonPool]] = {}
-        self._pid = os.getpid()  # last: another thread may check it meanwhile
 
     def submit(
         self, func: Callable[..., T], *args: Any, server: object = None
     ) -> concurrent.futures.Future[T]:
         """Queue ``func(*args)`` on ``server``'s pool (``DaemonPool.submit``)."""
-        if self._pid != os.getpid():  # forked without the hooks (os.fork from C)
-            self.reset()
+        self._life.forked()  # without the hooks (os.fork from C)
         with self._mutex:
             found = self._pools.get(id(server))
             if found is None or found[0]() is not server:

@@ -29,9 +29,7 @@ empty tally (it must not write its parent's counts twice).
 
 from __future__ import annotations
 
-import atexit
 import logging
-import os
 from typing import Any
 
 from django_redislock.backend import client as backend
@@ -146,8 +144,6 @@ def _write(client: Any, entries: list[list[Any]], last: bool) -> None:
 
 #: The process's tally.
 TALLY = Tally()
-os.register_at_fork(after_in_child=TALLY.reset)
-atexit.register(TALLY.close)
 
 #: Count one acquire (``Tally.acquired``).
 acquired = TALLY.acquired

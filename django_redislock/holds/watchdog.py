@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 import weakref
@@ -43,6 +42,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from django_redislock.engine.threads import Lifecycle
 from django_redislock.exceptions import LockBackendError, LockError
 from django_redislock.holds.dropped import DroppedHolds, Report
 from django_redislock.holds.renewals import Renewable, Result, renew_all, take_batch
@@ -86,11 +86,11 @@ class _Lane:
 class Watchdog:
     def __init__(self) -> None:
         self._reset()
+        self._life = Lifecycle(SCHEDULER_THREAD, self._reset)
 
     def _reset(self) -> None:
         """Empty, with no thread: new, or a forked child's (which must never
         renew or release what its parent holds)."""
-        self._pid = os.getpid()
         # watch/unwatch (twice per acquire) take the bare lock: Condition's own
         # __enter__ is Python code.
         self._lock = threading.Lock()
@@ -106,8 +106,7 @@ class Watchdog:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
         as uWSGI does without ``py-call-osafterfork``), before taking a lock
         a parent's thread may have held: the parent's thread is not here."""
-        if self._pid != os.getpid():
-            self._reset()
+        self._life.forked()
 
     def ensure_running(self) -> None:
         """Start the thread before an acquire that will need it.
@@ -126,11 +125,9 @@ class Watchdog:
     def _start(self) -> None:
         """Start the thread (``_lock`` held); left unset if it cannot start,
         so the next acquire tries again."""
-        thread = threading.Thread(target=self._run, name=SCHEDULER_THREAD, daemon=True)
-        try:
-            thread.start()
-        except RuntimeError as exc:  # "can't start new thread"
-            raise LockError(f"could not start the thread that renews leases: {exc}") from exc
+        thread = self._life.start(self._run)
+        if thread is None:
+            raise LockError("could not start the thread that renews leases (see the log)")
         self._thread = thread
 
     def watch(self, holding: Renewable) -> None:
@@ -268,14 +265,8 @@ class Watchdog:
             queue = self._lanes.get(lane)
             if queue is None:
                 queue = _Lane(self._lock)
-                thread = threading.Thread(
-                    target=self._serve, args=(lane, queue), name=LANE_THREAD, daemon=True
-                )
-                try:
-                    thread.start()
-                except RuntimeError as exc:  # "can't start new thread"
-                    logger.warning("Renewing in the watchdog's own thread: %s", exc)
-                    queue = None
+                if self._life.start(self._serve, lane, queue, name=LANE_THREAD) is None:
+                    queue = None  # renewed in the watchdog's own thread, below
                 else:
                     self._lanes[lane] = queue
             if queue is not None:
@@ -395,5 +386,3 @@ def _each(items: Iterable[Any], func: Callable[[Any], object]) -> None:
 
 
 watchdog = Watchdog()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=watchdog._reset)

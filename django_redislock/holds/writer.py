@@ -2,17 +2,13 @@
 (``counters.Tally``) and the per-minute history (``hot.Recorder``).
 
 Each keeps a tally in memory, under a lock, and a daemon thread that writes
-it, started by the first count. Three things are easy to get wrong (the
-first two were, once per copy):
+it, started by the first count. The thread's lifecycle (started on first use,
+reset in a forked child, a failed start reported once and tried again by the
+next count, the last write at exit) is ``engine/threads.py``'s. What is
+particular to a writer:
 
-- a thread that cannot start (the process's thread, pid or memory limit)
-  must not be recorded as started, or nothing is written again and the
-  tally grows for good: the next count tries again;
 - a child of ``fork()`` must neither write its parent's tally nor wait for
-  the parent's thread. ``os.register_at_fork`` resets it where Python's hooks
-  run; ``_forked`` catches a child made by C's ``fork()`` without them
-  (uWSGI without ``py-call-osafterfork``), before taking a lock a parent's
-  thread may have held;
+  the parent's thread: every entry point asks ``_forked`` first;
 - the last write, at exit, cannot be bounded by waiting on a new thread:
   Python 3.12 refuses new threads once it is shutting down. So the
   writing thread, already running, makes it (``close``), on the client
@@ -23,9 +19,10 @@ first two were, once per copy):
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
+
+from django_redislock.engine.threads import Lifecycle
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +40,7 @@ class BackgroundWriter:
         #: Start the writing thread on the first count (off: only ``flush`` writes).
         self.background = background
         self.reset()
+        self._life = Lifecycle(self.thread_name, self.reset, at_exit=self.close)
 
     def reset(self) -> None:
         """No thread, in this process (a subclass forgets its tally too)."""
@@ -52,34 +50,19 @@ class BackgroundWriter:
         self._wake = threading.Event()  # set by ``close``
         self._closing = False
         self._closed = threading.Event()
-        self._refused = False  # the last start failed (and was logged at WARNING)
-        self._pid = os.getpid()  # last: another thread may check it meanwhile
 
     def _forked(self) -> bool:
         """Whether this is a child forked without the hooks: then reset."""
-        if self._pid == os.getpid():
-            return False
-        self.reset()
-        return True
+        return self._life.forked()
 
     def _start(self) -> None:
         """Start the writing thread (``_lock`` held), if it can: counting
-        never fails a lock, and the next count tries again.
+        never fails a lock, and the next count tries again."""
+        self._thread = self._life.start(self._run)
 
-        A refusal is logged at WARNING once, then at DEBUG until a thread
-        starts again: every count tries, and a process at its thread limit
-        would otherwise log a traceback per acquire, exactly when its logs
-        matter most."""
-        thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # "can't start new thread"
-            level = logging.DEBUG if self._refused else logging.WARNING
-            logger.log(level, "Could not start the %s thread", self.thread_name, exc_info=True)
-            self._refused = True
-            return
-        self._refused = False
-        self._thread = thread
+    def forget_exit(self) -> None:
+        """No last write at exit (a writer replaced by another)."""
+        self._life.forget_exit()
 
     def _run(self) -> None:
         me = threading.current_thread()

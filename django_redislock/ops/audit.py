@@ -17,7 +17,8 @@ import os
 import socket
 from collections.abc import Sequence
 
-logger = logging.getLogger(__name__)
+#: Pinned: operators route it by this name (docs/operations.md), wherever the module lives.
+logger = logging.getLogger("django_redislock.audit")
 
 
 def log_force_release(

@@ -22,11 +22,9 @@ which sits in one hash slot on Redis Cluster. Recording is on with
 
 from __future__ import annotations
 
-import atexit
 import bisect
 import logging
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -204,12 +202,10 @@ def install() -> Recorder:
         for signal, receiver in _receivers(old):
             signals.untap(signal, receiver)
         old.stop()
-        atexit.unregister(old.close)
+        old.forget_exit()
     recorder = Recorder(_connect)
     for signal, receiver in _receivers(recorder):
         signals.tap(signal, receiver)  # directly: see signals._TAPS
-    os.register_at_fork(after_in_child=recorder.reset)
-    atexit.register(recorder.close)
     return recorder
 
 

@@ -196,7 +196,7 @@ settings.CACHES["default"]["OPTIONS"].update(
     # None given, not left out: redis-py 8 takes one left out as 5 s
     CONNECTION_POOL_KWARGS=dict(socket_timeout=timeout, socket_connect_timeout=timeout),
 )
-from tests.procs import setup_worker
+from tests.support.procs import setup_worker
 setup_worker(dict(os.environ))
 from django_redislock import Lock
 for _ in range(5):
@@ -372,11 +372,11 @@ def test_a_thread_that_cannot_start_is_logged_once_until_one_starts(
     starts = refuse_threads(monkeypatch, background)
     own = counters.Tally()
     client = object()
-    with caplog.at_level(logging.DEBUG, logger="django_redislock.holds.writer"):
+    with caplog.at_level(logging.DEBUG, logger="django_redislock.engine.threads"):
         for _ in range(5):
             own.acquired(client, b"k", 60_000, 0.0)
     assert len(starts) == 5  # each count still tries again
-    levels = [r.levelno for r in caplog.records if r.name == "django_redislock.holds.writer"]
+    levels = [r.levelno for r in caplog.records if r.name == "django_redislock.engine.threads"]
     assert levels == [logging.WARNING] + [logging.DEBUG] * 4
     monkeypatch.undo()  # threads start again
     with own._lock:
@@ -386,7 +386,7 @@ def test_a_thread_that_cannot_start_is_logged_once_until_one_starts(
         own._thread = None  # it ended (it sees it is no longer the writer and exits)
     refuse_threads(monkeypatch, background)
     caplog.clear()
-    with caplog.at_level(logging.DEBUG, logger="django_redislock.holds.writer"):
+    with caplog.at_level(logging.DEBUG, logger="django_redislock.engine.threads"):
         own.acquired(client, b"k", 60_000, 0.0)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]  # a new outage is told
     own.reset()

@@ -14,26 +14,25 @@ if TYPE_CHECKING:
 
 
 def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[threading.Thread]:
-    """Make every thread ``module`` starts fail to (``RuntimeError``, as
+    """Make every thread ``module``'s code starts fail to (``RuntimeError``, as
     CPython says "can't start new thread"); the list gets each one refused.
 
-    Only that module's view of ``threading`` changes: other threads of the
-    test process start as usual."""
+    Every background thread of the package starts through one lifecycle
+    (``engine/threads.py``); only those whose target is ``module``'s code are
+    refused: other threads of the test process start as usual."""
     refused: list[threading.Thread] = []
 
     class Refused(threading.Thread):
         def start(self) -> None:
+            target = getattr(self, "_target", None)
+            if getattr(target, "__module__", None) != module.__name__:
+                super().start()
+                return
             refused.append(self)
             raise RuntimeError("can't start new thread")
 
-    view = types.SimpleNamespace(
-        Thread=Refused,
-        Lock=threading.Lock,
-        Condition=threading.Condition,
-        Event=threading.Event,
-        current_thread=threading.current_thread,
-    )
-    monkeypatch.setattr(module, "threading", view)
+    view = types.SimpleNamespace(Thread=Refused)
+    monkeypatch.setattr("django_redislock.engine.threads.threading", view)
     return refused
 
 

@@ -42,6 +42,7 @@ import redis
 
 from django_redislock.backend.client import BACKEND_ERRORS
 from django_redislock.engine.steps import Pause, QuorumStep
+from django_redislock.engine.threads import Lifecycle
 
 if TYPE_CHECKING:
     from django_redislock.backend.scripts import Script
@@ -112,7 +113,9 @@ class _Pool:
 
     def __init__(self, max_workers: int) -> None:
         self.max_workers = max_workers
-        self.pid = os.getpid()
+        # one per server, made and dropped at run time: ``Servers`` replaces
+        # them all in a forked child (``_live_pools``)
+        self.life = Lifecycle("redislock-fanout", lambda: None, hook_fork=False)
         self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
         self._mutex = threading.Lock()
         self._waiting = 0
@@ -127,10 +130,7 @@ class _Pool:
                 return False
             self._waiting += 1
             if self._waiting > self._idle and self._workers < self.max_workers:
-                thread = threading.Thread(target=self._work, name="redislock-fanout", daemon=True)
-                try:
-                    thread.start()
-                except RuntimeError:  # "can't start new thread": nothing was started
+                if self.life.start(self._work) is None:  # nothing was started
                     if not self._workers:  # nobody would ever take the job
                         self._waiting -= 1
                         return False
@@ -208,7 +208,7 @@ class Servers:
 
     def _live_pools(self) -> tuple[_Pool, ...]:
         pools = self._pools
-        if pools and pools[0].pid != os.getpid():  # forked: the parent's workers are not here
+        if pools and pools[0].life.pid != os.getpid():  # forked: the parent's workers are not here
             pools = self._pools = self._new_pools()
         return pools
 
