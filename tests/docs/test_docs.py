@@ -22,6 +22,7 @@ RECIPE_PAGES = [
     "drf.md",
     "faults.md",
     "metrics.md",
+    "migrating.md",
     "quickstart.md",
     "settings.md",
     "testing-your-project.md",
