@@ -32,9 +32,9 @@ from django.test import RequestFactory
 
 from django_redislock import ALREADY_RUNNING, Lock
 from django_redislock.testing import assert_no_locks_held
-from tests.holders import OtherThread
+from tests.support.other_holders import OtherThread
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "migrating.md"
 MARKED = re.compile(r"<!-- test: (?P<what>[^ ]+) -->\n```python\n(?P<code>.*?)```", re.S)
 #: The address the page's blocks write; the tests give them the suite's server.
