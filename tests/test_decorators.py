@@ -564,7 +564,7 @@ def release_fails(monkeypatch: pytest.MonkeyPatch) -> None:
         def __call__(self, *args: object, **kwargs: object) -> None:
             raise redis.ConnectionError("Redis went away")
 
-    monkeypatch.setattr(locks, "LOCK_RELEASE", Down())
+    monkeypatch.setattr("django_redislock.primitives.lock.LOCK_RELEASE", Down())
 
 
 @pytest.mark.usefixtures("release_fails")

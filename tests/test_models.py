@@ -9,8 +9,7 @@ import redis
 from django.db import transaction
 from django.utils.connection import ConnectionDoesNotExist
 
-from django_redislock import InsufficientStock, Lock, LockTimeout, transactions
-from django_redislock import models as inventory
+from django_redislock import InsufficientStock, Lock, LockTimeout
 from django_redislock.holds.watchdog import watchdog
 from tests.models import Gadget, Item, Order, ProxyItem, SpecialItem
 from tests.support.inventory_workers import buy_carts, buy_loop, buy_on_command, buy_via_view
@@ -137,7 +136,9 @@ def test_custom_stock_field_and_lock_options(other_thread: OtherThread) -> None:
 
 def test_the_write_is_guarded_even_without_the_lock(monkeypatch: pytest.MonkeyPatch) -> None:
     """A lost lock (here: none at all) still cannot oversell."""
-    monkeypatch.setattr(transactions, "hold_until_transaction_end", lambda *args: None)
+    monkeypatch.setattr(
+        "django_redislock.transactions.hold_until_transaction_end", lambda *args: None
+    )
     item = Item.objects.create(stock=1)
     stale = Item.objects.get(pk=item.pk)
     item.deduct()
@@ -343,7 +344,7 @@ def test_overlapping_carts_in_opposite_orders_do_not_deadlock() -> None:
 @pytest.mark.parametrize("returning", [True, False], ids=["returning", "update-then-select"])
 def test_both_write_paths(monkeypatch: pytest.MonkeyPatch, returning: bool) -> None:
     if not returning:
-        monkeypatch.setattr(inventory, "_update_returning_sql", lambda *args: None)
+        monkeypatch.setattr("django_redislock.models._update_returning_sql", lambda *args: None)
     gadget = Gadget.objects.create(on_hand=3)
     assert gadget.deduct(2) == 1
     with pytest.raises(InsufficientStock) as info:

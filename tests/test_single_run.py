@@ -155,7 +155,7 @@ def test_a_failed_release_never_replaces_the_runs_own_error(
         def handle(self, *args: Any, **options: Any) -> None:
             raise RuntimeError("the run's own failure")
 
-    monkeypatch.setattr(Lock, "release", _release_fails)
+    monkeypatch.setattr("django_redislock.Lock.release", _release_fails)
     with pytest.raises(RuntimeError, match="own failure"):
         call_command(Broken())
     assert "Could not release 'broken' after a failed run: Redis went away" in caplog.text
@@ -169,7 +169,7 @@ def test_a_release_that_fails_after_a_good_run_is_a_command_error(
         def handle(self, *args: Any, **options: Any) -> None:
             return None
 
-    monkeypatch.setattr(Lock, "release", _release_fails)
+    monkeypatch.setattr("django_redislock.Lock.release", _release_fails)
     with pytest.raises(CommandError, match="ran, but its lock 'fine' failed at the end") as info:
         call_command(Fine())
     assert info.value.returncode == 1

@@ -55,9 +55,14 @@ def key(prefix: str, name: str, part: str) -> str:
     return f"{prefix}:{{{encode_name(name)}}}:{part}"
 
 
+def as_text(value: bytes | str) -> str:
+    """A reply as text, whichever ``decode_responses`` the cache's pool has."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+
 def parse_key(prefix: str, raw: str | bytes) -> tuple[str, str] | None:
     """Split a key written by this app into ``(name, part)``; ``None`` for others."""
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    text = as_text(raw)
     head = prefix + ":{"
     if not text.startswith(head):
         return None

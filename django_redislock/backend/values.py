@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django_redislock.backend.client import as_text
+
 
 @dataclass(frozen=True)
 class LockState:
@@ -29,7 +31,7 @@ def parse_lock_value(value: bytes | str | None) -> LockState | None:
     """Decode a lock key's value; ``None`` for a missing or foreign value."""
     if value is None:
         return None
-    text = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+    text = as_text(value)
     parts = text.split(":", 6)
     if len(parts) != 7:
         return None
@@ -93,7 +95,3 @@ def parse_member(member: str) -> tuple[str, str, int, str]:
     """``(token, fence, limit, holder)`` of a holder member (see ``_permits.lua``)."""
     token, fence, limit, _, holder = [*member.split(":", 4), "", "", "", ""][:5]
     return token, fence, number(limit) or 0, holder
-
-
-def as_text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

@@ -51,7 +51,7 @@ def _entry_holder(entry: bytes | str | None) -> str:
     permit waiter's grant is 0)."""
     if entry is None:
         return ""
-    parts = inspection._text(entry).split(":", 2)
+    parts = backend.as_text(entry).split(":", 2)
     return parts[2] if len(parts) == 3 else ""
 
 

@@ -230,7 +230,7 @@ def read(client: Any, prefix: str, now: float, minutes: int = 60) -> list[dict[s
     for reply in pipe.execute():
         names: dict[str, Counter[str]] = {}
         for raw, n in reply.items():
-            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            text = backend.as_text(raw)
             name, _, counter = text.rpartition(SEP)
             try:
                 names.setdefault(name, Counter())[counter] += int(n)

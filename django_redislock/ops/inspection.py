@@ -191,7 +191,8 @@ def stats(client: Any, prefix: str, names: Sequence[str]) -> list[dict[str, int]
         pipe.hgetall(backend.key(prefix, name, "stats"))
     found = []
     for reply in pipe.execute():
-        fields = ((_text(k), number(_text(v))) for k, v in reply.items())  # by hand: left out
+        # fields this version does not count are left out
+        fields = ((backend.as_text(k), number(backend.as_text(v))) for k, v in reply.items())
         found.append({k: n for k, n in fields if k in STAT_FIELDS and n is not None})
     return found
 
@@ -203,7 +204,3 @@ STAT_FIELDS = ("acquired", "contended", "waited", "lost", "wait_ms")
 def _glob_escape(text: str) -> str:
     """``text`` matched literally by SCAN's MATCH (a cache's KEY_PREFIX may hold ``*``)."""
     return "".join("\\" + c if c in "*?[]\\" else c for c in text)
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value

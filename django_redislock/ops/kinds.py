@@ -17,7 +17,6 @@ from django_redislock.backend import client as backend
 from django_redislock.backend.values import (
     HolderInfo,
     LockState,
-    as_text,
     number,
     parse_holders,
     parse_lock_value,
@@ -246,7 +245,7 @@ class _PermitKind:
                 raise
             return unreadable(name, self.kind)
         holders = [
-            replace(holder, since=_member_since(as_text(member)))
+            replace(holder, since=_member_since(backend.as_text(member)))
             for holder, member in zip(
                 parse_holders(reply, mode_from_token=self.kind == "rwlock"),
                 reply[1::2],
@@ -255,7 +254,7 @@ class _PermitKind:
         ]
         if not holders:
             return None
-        limit = parse_member(as_text(reply[1]))[2]
+        limit = parse_member(backend.as_text(reply[1]))[2]
         mode = holders[0].mode
         return HeldInfo(
             name=name,

@@ -1,16 +1,16 @@
-"""What every primitive shares: argument checks, holdings, options and errors.
+"""What every single-name primitive shares: its options, its settings resolved
+once per settings generation (``Resolved``: client, keys, lease), its holding's
+extend, and the sync and asyncio ``with`` blocks.
 
-A *holding* is one holder's claim on a primitive: its unguessable token, its
-nesting depth, its fencing token and lease. Holdings belong to one thread (sync)
-or one task (async) of one process; a holding seen from another process (after
-``fork()``) is ignored, so a child never releases or renews its parent's claim.
-The fair acquire and its wait loop are in ``engine/steps.py``.
+The claim itself (token, lease, renewal, loss) is ``holds/holding.py``'s; the
+fair acquire and its wait are ``engine/steps.py``'s; the error wording and the
+sync ``with`` block are ``primitives/guarded.py``'s, shared with ``MultiLock``
+and ``Redlock``.
 """
 
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,8 +20,9 @@ from django_redislock.backend import client as backend
 from django_redislock.conf import LockSettings, generation, get_settings
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import AcquireResult, Call, Step
-from django_redislock.exceptions import LockLostError, LockNotOwnedError, LockTimeout
+from django_redislock.exceptions import LockLostError
 from django_redislock.holds.holding import Holding
+from django_redislock.primitives.guarded import Guarded, Worded
 from django_redislock.validation import (
     Options,
     check_alias,
@@ -114,7 +115,7 @@ class Resolved:
 _RESOLVED: dict[tuple[type, str, tuple[object, ...]], Resolved] = {}
 
 
-class Primitive(signals.Announcer, Options):
+class Primitive(Worded, signals.Announcer, Options):
     """Options and Redis plumbing common to every primitive.
 
     Options left as ``None`` are read from ``REDISLOCK`` at each acquire, so a
@@ -122,8 +123,6 @@ class Primitive(signals.Announcer, Options):
     """
 
     kind = "primitive"
-    #: What its error messages call it, when not its ``kind``.
-    noun = ""
     #: Key parts this primitive uses, in the order its scripts take them.
     parts: tuple[str, ...] = ()
     #: The parts its scripts are sent (``Resolved.script_keys``; empty: all);
@@ -247,52 +246,12 @@ class Primitive(signals.Announcer, Options):
         if not ours or holding.lost is not None:
             raise self._lost(holding)
 
-    # errors, worded the same for every primitive
 
-    def _timeout_error(self, result: AcquireResult) -> LockTimeout:
-        return LockTimeout(
-            f"Could not acquire {self._noun()} {self.name!r} in time.",
-            name=self.name,
-            retry_after=result.retry_after,
-        )
-
-    def _noun(self) -> str:
-        return self.noun or self.kind
-
-    def _not_owned(self) -> LockNotOwnedError:
-        return LockNotOwnedError(
-            f"{self._noun().capitalize()} {self.name!r} is not held by this holder.",
-            name=self.name,
-        )
-
-    def _lost(self, holding: Holding) -> LockLostError:
-        reason = holding.lost or "the lease expired or was cleared before release"
-        return LockLostError(
-            f"{self._noun().capitalize()} {self.name!r} was lost: {reason}.", name=self.name
-        )
-
-    @staticmethod
-    def _exit_error(
-        error: BaseException, exc_type: type[BaseException] | None, exc: BaseException | None
-    ) -> None:
-        """Raise ``error`` from ``__exit__`` unless another exception is already on its way."""
-        if exc is None:
-            raise error
-        if sys.version_info >= (3, 11):
-            exc.add_note(f"django-redislock: {error}")
-
-
-_Sync = TypeVar("_Sync", bound="SyncPrimitive")
 _Async = TypeVar("_Async", bound="AsyncPrimitive")
 
 
-class SyncPrimitive(Primitive):
-    """``with primitive:`` for every synchronous primitive.
-
-    Entering acquires or raises ``LockTimeout``; leaving releases, and raises
-    ``LockLostError`` if the lease was lost, unless another exception is
-    already on its way (then that exception gets a note instead).
-    """
+class SyncPrimitive(Guarded, Primitive):
+    """``with primitive:`` for every synchronous primitive (``Guarded``)."""
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
         """Acquire: held, or refused with the server's retry hint."""
@@ -300,23 +259,6 @@ class SyncPrimitive(Primitive):
 
     def release(self) -> None:
         raise NotImplementedError
-
-    def __enter__(self: _Sync) -> _Sync:
-        result = self._acquire(None, None)
-        if not result.held:
-            raise self._timeout_error(result)
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.release()
-        except LockLostError as error:
-            self._exit_error(error, exc_type, exc)
 
 
 class AsyncPrimitive(Primitive):

@@ -21,11 +21,11 @@ import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import replace
-from types import TracebackType
 
 from django_redislock.conf import get_settings
 from django_redislock.engine.steps import HELD_RESULT, AcquireResult
 from django_redislock.exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
+from django_redislock.primitives.guarded import Guarded
 from django_redislock.primitives.lock import Lock
 from django_redislock.validation import (
     Options,
@@ -37,7 +37,7 @@ from django_redislock.validation import (
 )
 
 
-class MultiLock(Options):
+class MultiLock(Guarded, Options):
     """All of ``names`` or none of them, for one holder: the thread (its parts are
     ``Lock``s, so the holding thread re-enters any of them through any handle).
 
@@ -219,23 +219,10 @@ class MultiLock(Options):
             lock.name: lock.fencing_token for lock in self.locks if lock.fencing_token is not None
         }
 
-    def __enter__(self) -> MultiLock:
-        result = self._acquire(None, None)
-        if not result.held:
-            raise LockTimeout(
-                f"Could not acquire lock {result.name!r} of {self!r} in time.",
-                name=result.name,
-                retry_after=result.retry_after,
-            )
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.release()
-        except LockLostError as error:
-            Lock._exit_error(error, exc_type, exc)
+    def _timeout_error(self, result: AcquireResult) -> LockTimeout:
+        """Names the part that could not be had, and the set it belongs to."""
+        return LockTimeout(
+            f"Could not acquire lock {result.name!r} of {self!r} in time.",
+            name=result.name,
+            retry_after=result.retry_after,
+        )

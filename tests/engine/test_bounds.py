@@ -196,11 +196,12 @@ def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
     from django.test import override_settings
 
     from django_redislock import Lock
-    from django_redislock.backend import client as backend
     from tests.settings import redis_cache
     from tests.support.other_holders import OtherThread
 
-    monkeypatch.setattr(backend, "MAX_WAIT_CHUNK", 10.0)  # long waits: a late command shows
+    monkeypatch.setattr(
+        "django_redislock.backend.client.MAX_WAIT_CHUNK", 10.0
+    )  # long waits: a late command shows
     caches = {
         # a URL of its own: django-redis keeps one pool per URL, whatever its class
         "default": redis_cache(

@@ -68,7 +68,7 @@ def proxy(redis_url: str) -> Iterator[FaultProxy]:
 @pytest.fixture
 def quick_idle_watchdog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Let the watchdog thread exit soon after its last lease, and wait for it."""
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     with watchdog_module.watchdog._cond:  # an idle thread re-reads IDLE_EXIT at once
         watchdog_module.watchdog._cond.notify_all()
     _wait_no_watchdog()

@@ -66,7 +66,7 @@ def test_a_release_cancelled_before_it_reaches_redis_still_frees_the_name(
             finally:
                 sent.set()
 
-        monkeypatch.setattr(drivers.AsyncConnection, "run", held_back)
+        monkeypatch.setattr("django_redislock.engine.drivers.AsyncConnection.run", held_back)
 
         async def hold() -> None:  # the holder is a task: it takes and returns the lock
             async with _async_primitive(kind, name):

@@ -108,8 +108,8 @@ def test_counting_off_writes_nothing(redis_client: redis.Redis, other_thread: Ot
 def tally(monkeypatch: pytest.MonkeyPatch) -> counters.Tally:
     """A tally of this test's own, written only when the test flushes it."""
     own = counters.Tally(background=False)
-    monkeypatch.setattr(counters, "acquired", own.acquired)
-    monkeypatch.setattr(counters, "flush", own.flush)
+    monkeypatch.setattr("django_redislock.holds.counters.acquired", own.acquired)
+    monkeypatch.setattr("django_redislock.holds.counters.flush", own.flush)
     return own
 
 
@@ -156,7 +156,9 @@ def test_counts_reach_redis_within_a_second_unasked(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The process's writing thread flushes by itself; nobody calls flush here."""
-    monkeypatch.setattr(counters.TALLY, "background", True)  # the tests' conftest turns it off
+    monkeypatch.setattr(
+        "django_redislock.holds.counters.TALLY.background", True
+    )  # the tests' conftest turns it off
     with Lock("unasked"):
         pass
     deadline = time.monotonic() + 10 * background.FLUSH_SECONDS
@@ -244,7 +246,7 @@ def test_the_last_write_needs_no_new_thread(
 ) -> None:
     """At exit (``close``) the writing thread makes the last write itself:
     Python 3.12 starts no thread there, and no bounded worker runs yet."""
-    monkeypatch.setattr(bounds, "workers", bounds.Workers())  # none started
+    monkeypatch.setattr("django_redislock.engine.bounds.workers", bounds.Workers())  # none started
     refused = refuse_threads(monkeypatch, daemons)
     client = own_pool_client(redis_url)
     own = counters.Tally()  # its writing thread starts with the count
@@ -260,7 +262,7 @@ def test_the_last_write_to_a_hung_redis_gives_up_after_exit_wait(
 ) -> None:
     from tests.support.faultproxy import FaultProxy
 
-    monkeypatch.setattr(background, "EXIT_WAIT", 0.5)
+    monkeypatch.setattr("django_redislock.holds.writer.EXIT_WAIT", 0.5)
     with FaultProxy(redis_url) as proxy:
         client = own_pool_client(proxy.url)
         client.ping()  # connected before the server stops answering
@@ -338,7 +340,7 @@ def test_a_hung_redis_holds_a_write_up_for_the_write_timeout_only(
     gives up after WRITE_TIMEOUT, however long the client's own timeouts."""
     from tests.support.faultproxy import FaultProxy
 
-    monkeypatch.setattr(counters, "WRITE_TIMEOUT", 0.5)
+    monkeypatch.setattr("django_redislock.holds.counters.WRITE_TIMEOUT", 0.5)
     with FaultProxy(redis_url) as proxy:
         hung = redis.Redis.from_url(proxy.url)  # no socket timeout of its own
         own = counters.Tally(background=False)

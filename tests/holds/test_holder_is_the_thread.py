@@ -219,7 +219,6 @@ def test_a_hold_handed_to_two_databases_transactions_ends_with_the_last(
     transactions, which commit one after the other. The hold went to the
     first one only, which commits first, so the lock was free while the
     writes to the other were not committed yet (found by a review)."""
-    from django_redislock import transactions
 
     inner, outer = _OpenTransaction(), _OpenTransaction()
 
@@ -227,7 +226,7 @@ def test_a_hold_handed_to_two_databases_transactions_ends_with_the_last(
         def all(self, initialized_only: bool = False) -> list[_OpenTransaction]:
             return [inner, outer]
 
-    monkeypatch.setattr(transactions, "connections", Connections())
+    monkeypatch.setattr("django_redislock.transactions.connections", Connections())
 
     @require_lock("sku:<pk>")
     def view(pk: int) -> None:
@@ -257,7 +256,7 @@ def test_release_transaction_holds_of_one_database_releases_a_hold_shared_with_a
         def __getitem__(self, alias: str) -> _OpenTransaction:
             return {"default": first, "other": second}[alias]
 
-    monkeypatch.setattr(transactions, "connections", Connections())
+    monkeypatch.setattr("django_redislock.transactions.connections", Connections())
 
     @require_lock("sku:<pk>")
     def view(pk: int) -> None:
@@ -373,7 +372,7 @@ def test_a_failed_inner_release_still_leaves_its_level(
             raise redis.ConnectionError("connection reset after Redis ran it")
         return result
 
-    monkeypatch.setattr(Script, "__call__", reply_lost_once)
+    monkeypatch.setattr("django_redislock.backend.scripts.Script.__call__", reply_lost_once)
     lock = Lock("inner-reply-lost", timeout=60)
     with pytest.raises(LockBackendError):
         with lock:
@@ -513,7 +512,7 @@ def test_a_release_that_crashes_after_the_transaction_leaves_the_others_released
             raise RuntimeError("boom")
         return real_end(self, owner, now=now)
 
-    monkeypatch.setattr(transactions._Handed, "end", end)
+    monkeypatch.setattr("django_redislock.transactions._Handed.end", end)
     assert holds.release_all() == 1
     assert not Lock("crash:1").locked(), "the hold after the crash was left to its lease"
     assert "Releasing 'crash:2' after the transaction ended" in caplog.text
@@ -571,7 +570,7 @@ def test_a_name_one_databases_transaction_holds_is_still_handed_to_the_others(
         def all(self, initialized_only: bool = False) -> list[_OpenTransaction]:
             return [inner, outer]
 
-    monkeypatch.setattr(transactions, "connections", Connections())
+    monkeypatch.setattr("django_redislock.transactions.connections", Connections())
 
     @require_lock("sku:<pk>")
     def view(pk: int) -> None:

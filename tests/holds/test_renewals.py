@@ -145,7 +145,7 @@ def test_a_renewal_that_cannot_be_built_fails_alone(
             raise ZeroDivisionError
         return real(self, lease)
 
-    monkeypatch.setattr(Holding, "renew_call", renew_call)
+    monkeypatch.setattr("django_redislock.holds.holding.Holding.renew_call", renew_call)
     try:
         with pipelines() as seen:
             results = renewed(locks)
@@ -230,7 +230,7 @@ def test_an_extend_crossing_the_batch_is_sent_again(
                 assert self.begin_extend(80.0, time.monotonic())
         return renew_call(self, lease)
 
-    monkeypatch.setattr(Holding, "renew_call", extended_meanwhile)
+    monkeypatch.setattr("django_redislock.holds.holding.Holding.renew_call", extended_meanwhile)
     try:
         with pipelines() as seen:
             results = renewed(locks)

@@ -56,7 +56,7 @@ def test_one_thread_for_many_locks_and_threads() -> None:
 
 
 def test_thread_exits_after_idle_and_restarts_on_demand(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     with Lock("idle", timeout=5):
         pass
     thread = watchdog._thread
@@ -70,7 +70,7 @@ def test_thread_exits_after_idle_and_restarts_on_demand(monkeypatch: pytest.Monk
 
 
 def test_no_thread_without_auto_renew(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     wait_idle()
     with Lock("manual", timeout=5, auto_renew=False):
         assert watchdog_threads() == []
@@ -165,7 +165,9 @@ def test_a_renewal_that_keeps_raising_another_error_is_reported_before_the_lease
             with Lock("cut-off", timeout=1.0) as lock:
                 holding = lock._holding()
                 assert holding is not None
-                monkeypatch.setattr(Holding, "send_lease", unreachable)
+                monkeypatch.setattr(
+                    "django_redislock.holds.holding.Holding.send_lease", unreachable
+                )
                 assert lost.wait(10), "lock_lost never fired"
     finally:
         lock_signals.lock_lost.disconnect(on_lost)
@@ -345,7 +347,7 @@ def test_a_renewal_due_soon_after_another_goes_with_it(monkeypatch: pytest.Monke
     delay) of one due now, it goes in the same pass, so the same round trip:
     a pass per renewal looked at every lease each time, and with thousands
     of short leases the scheduler fell behind."""
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     dog = watchdog_module.Watchdog()
     passes: list[int] = []
     renew_all = watchdog_module.renew_all
@@ -354,7 +356,7 @@ def test_a_renewal_due_soon_after_another_goes_with_it(monkeypatch: pytest.Monke
         passes.append(len(refs))
         return renew_all(refs)
 
-    monkeypatch.setattr(watchdog_module, "renew_all", counted)
+    monkeypatch.setattr("django_redislock.holds.watchdog.renew_all", counted)
     first, soon = _Renewable(), _Renewable()
     first.renew_interval = soon.renew_interval = 1.0  # due 1 s after it is watched
     dog.watch(first)
@@ -374,7 +376,7 @@ def test_a_failed_renewal_of_a_long_lease_is_retried_at_the_retry_delay(
     """Taking renewals a little early must not take retries early: a tenth of
     an hour-long lease's interval is 2 minutes, far more than the retry delay,
     and a failing renewal was retried in a busy loop until its lease end."""
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     dog = watchdog_module.Watchdog()
 
     class Failing(_Renewable):
@@ -400,7 +402,7 @@ def test_a_hold_dropped_while_another_renews_is_not_renewed(
     dropped meanwhile must be freed, not renewed once more after the wait."""
     import weakref
 
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.05)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.05)
     dog = watchdog_module.Watchdog()
     first_gate, second_gate = threading.Event(), threading.Event()
     gate = _Renewable(first_gate)  # holds the thread while the next two get due

@@ -31,7 +31,7 @@ from tests.test_cluster import lock_key, primary_for
 def dog(monkeypatch: pytest.MonkeyPatch) -> Iterator[watchdog_module.Watchdog]:
     """A watchdog of the test's own, whose threads are gone after the test
     (tests elsewhere count the process's watchdog threads)."""
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     dog = watchdog_module.Watchdog()
     yield dog
     wait_idle(dog)
@@ -363,8 +363,8 @@ def test_an_extend_answered_after_the_loss_was_reported_raises(
             told.wait(5)  # the extend's round trip outlasts the holder's lease
         return overlapped
 
-    monkeypatch.setattr(Holding, "send_lease", reply_never_comes)
-    monkeypatch.setattr(Holding, "begin_extend", slow_extend)
+    monkeypatch.setattr("django_redislock.holds.holding.Holding.send_lease", reply_never_comes)
+    monkeypatch.setattr("django_redislock.holds.holding.Holding.begin_extend", slow_extend)
 
     def on_lost(name: str, **kwargs: Any) -> None:
         if name == "lanes:extend-after-loss":

@@ -238,7 +238,7 @@ def test_other_kinds_show_holders_limit_and_mode(
 
     fake = FakeSemaphoreKind()
     others = [k for k in inspection.KINDS if k.kind != fake.kind]  # the fake stands in
-    monkeypatch.setattr(inspection, "KINDS", [*others, fake])
+    monkeypatch.setattr("django_redislock.ops.inspection.KINDS", [*others, fake])
     redis_client.set("redislock:{pool}:fakesem", "x")
     body = admin_client.get(DASHBOARD).content.decode()
     row = admin_client.get(DATA).json()["results"][0]
@@ -552,13 +552,16 @@ def test_a_release_made_is_logged_even_if_redis_fails_right_after(
     lock = Lock("stuck:x", auto_renew=False)
     lock.acquire()
     real = dashboard.server_time
-    monkeypatch.setattr(dashboard, "server_time", lambda client: (_ for _ in ()).throw(
-        redis.ConnectionError("connection reset")))  # fmt: skip
+
+    def unreachable(client: object) -> None:
+        raise redis.ConnectionError("connection reset")
+
+    monkeypatch.setattr("django_redislock.ops.dashboard.server_time", unreachable)
     response = admin_client.post(RELEASE, {"name": "stuck:x", "kind": "lock"}, follow=True)
     assert "unreachable" in response.content.decode()
     assert lock.owned()  # nothing was released, as the page says
     assert not LogEntry.objects.exists()
-    monkeypatch.setattr(dashboard, "server_time", real)
+    monkeypatch.setattr("django_redislock.ops.dashboard.server_time", real)
     admin_client.post(RELEASE, {"name": "stuck:x", "kind": "lock"})
     assert LogEntry.objects.get().object_repr == "stuck:x"
     with pytest.raises(LockLostError):

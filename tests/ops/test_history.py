@@ -11,7 +11,6 @@ import pytest
 import redis
 
 from django_redislock import Lock, signals
-from django_redislock.holds import counters
 from django_redislock.holds import writer as background
 from django_redislock.ops import history as hot
 from tests.support.threads import refuse_threads
@@ -132,7 +131,7 @@ def test_a_hung_redis_holds_the_flush_up_for_the_write_timeout_only(
     """The flush at exit: before, it waited out the client's socket timeout."""
     from tests.support.faultproxy import FaultProxy
 
-    monkeypatch.setattr(counters, "WRITE_TIMEOUT", 0.5)
+    monkeypatch.setattr("django_redislock.holds.counters.WRITE_TIMEOUT", 0.5)
     with FaultProxy(redis_url) as proxy:
         hung = redis.Redis.from_url(proxy.url)  # no socket timeout of its own
         rec = hot.Recorder(lambda: (hung, "redislock"), background=False)

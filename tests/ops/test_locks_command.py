@@ -315,9 +315,8 @@ def test_cluster_path_pipelines_per_name(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """On Redis Cluster one command cannot span slots: one name per command."""
-    from django_redislock.backend import client as backend
 
-    monkeypatch.setattr(backend, "is_cluster", lambda client: True)
+    monkeypatch.setattr("django_redislock.backend.client.is_cluster", lambda client: True)
     lockfill.fill(redis_client, 120)
     lock = Lock("zz", auto_renew=False)
     lock.acquire()
@@ -366,7 +365,7 @@ def test_other_kinds_show_up_through_the_kind_interface(
 ) -> None:
     fake = FakeSemaphoreKind()
     others = [k for k in inspection.KINDS if k.kind != fake.kind]  # the fake stands in
-    monkeypatch.setattr(inspection, "KINDS", [*others, fake])
+    monkeypatch.setattr("django_redislock.ops.inspection.KINDS", [*others, fake])
     redis_client.set("redislock:{pool}:fakesem", "x")
     with Lock("pool"):
         data = listed()

@@ -305,7 +305,9 @@ def test_a_cancellation_lost_in_a_wait_is_honoured(
             return None  # what wait_for does when the write has just completed
         return None
 
-    monkeypatch.setattr(AsyncConnection, "call", call_losing_cancellation)
+    monkeypatch.setattr(
+        "django_redislock.primitives.async_lock.AsyncConnection.call", call_losing_cancellation
+    )
 
     async def main() -> None:
         holder = make(timeout=30)
@@ -358,7 +360,9 @@ def test_a_cancellation_lost_in_an_attempt_is_honoured(
             await asyncio.sleep(30)
         return await real_run(self, script, keys, args)
 
-    monkeypatch.setattr(AsyncConnection, "run", run_losing_cancellation)
+    monkeypatch.setattr(
+        "django_redislock.primitives.async_lock.AsyncConnection.run", run_losing_cancellation
+    )
 
     async def main() -> None:
         task = asyncio.create_task(make(timeout=30).acquire())
@@ -482,7 +486,7 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
         finally:
             sent.set()
 
-    monkeypatch.setattr(Script, "__call__", held_back)
+    monkeypatch.setattr("django_redislock.backend.scripts.Script.__call__", held_back)
     name = f"thread-cancel-{kind}-{blocking_timeout}"
     prim = AsyncLock(name, timeout=60) if kind == "lock" else AsyncSemaphore(name, 1, timeout=60)
 

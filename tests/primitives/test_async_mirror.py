@@ -114,7 +114,9 @@ def test_a_release_on_the_thread_fallback_does_not_wait_for_the_waiters_threads(
     from tests.settings import redis_cache
 
     monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda client: None)
-    monkeypatch.setattr(backend, "MAX_WAIT_CHUNK", 10.0)  # long waits: a late release shows
+    monkeypatch.setattr(
+        "django_redislock.backend.client.MAX_WAIT_CHUNK", 10.0
+    )  # long waits: a late release shows
     # a URL of its own: django-redis keeps one pool per URL, whatever its options
     caches = {"default": redis_cache(f"{redis_url}?client_name=waits", SOCKET_TIMEOUT=None)}
     waiters = bounds.MAX_WORKERS

@@ -29,7 +29,9 @@ def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
             raise asyncio.CancelledError
         return result
 
-    monkeypatch.setattr(async_locks.AsyncConnection, "run", ran_then_cancelled)
+    monkeypatch.setattr(
+        "django_redislock.primitives.async_lock.AsyncConnection.run", ran_then_cancelled
+    )
 
 
 class RanThenInterrupted:
@@ -101,7 +103,10 @@ def test_an_acquire_interrupted_after_the_grant_is_undone(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Redis granted it... but the caller never learned
-    monkeypatch.setattr(lock_steps, "LOCK_ACQUIRE", RanThenInterrupted(lock_steps.LOCK_ACQUIRE))
+    monkeypatch.setattr(
+        "django_redislock.primitives.lock_common.LOCK_ACQUIRE",
+        RanThenInterrupted(lock_steps.LOCK_ACQUIRE),
+    )
     with pytest.raises(KeyboardInterrupt):
         Lock("interrupted").acquire()
     monkeypatch.undo()
@@ -210,7 +215,10 @@ def test_an_acquire_interrupted_after_it_queued_leaves_no_queue_entry(
     holder = Lock("queued-unawares")
     other_thread(holder.acquire)
     # refused, and queued... but the caller never learned
-    monkeypatch.setattr(lock_steps, "LOCK_ACQUIRE", RanThenInterrupted(lock_steps.LOCK_ACQUIRE))
+    monkeypatch.setattr(
+        "django_redislock.primitives.lock_common.LOCK_ACQUIRE",
+        RanThenInterrupted(lock_steps.LOCK_ACQUIRE),
+    )
     with pytest.raises(KeyboardInterrupt):
         Lock("queued-unawares", blocking_timeout=10).acquire()
     monkeypatch.undo()
@@ -344,7 +352,9 @@ def test_a_cancelled_async_permit_acquire_after_the_grant_is_given_back(
             raise asyncio.CancelledError
         return result
 
-    monkeypatch.setattr(async_locks.AsyncConnection, "run", ran_then_cancelled)
+    monkeypatch.setattr(
+        "django_redislock.primitives.async_lock.AsyncConnection.run", ran_then_cancelled
+    )
     name = f"async-granted-{kind}"
 
     async def main() -> None:

@@ -46,6 +46,6 @@ def hold_back_renewals(
                 done.append(len(sends) - first)
                 renewed.set()
 
-    monkeypatch.setattr(Holding, "renew_call", held_back)
-    monkeypatch.setattr(Holding, "renew", counted)
+    monkeypatch.setattr("django_redislock.holds.holding.Holding.renew_call", held_back)
+    monkeypatch.setattr("django_redislock.holds.holding.Holding.renew", counted)
     return done, renewed

@@ -54,7 +54,7 @@ def no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
     """The watchdog's thread gone idle, and none that can start."""
     from django_redislock.holds import watchdog as watchdog_module
 
-    monkeypatch.setattr(watchdog_module, "IDLE_EXIT", 0.1)
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.1)
     wait_idle()
     assert watchdog_module.watchdog._thread is None
     refuse_threads(monkeypatch, watchdog_module)

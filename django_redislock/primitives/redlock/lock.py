@@ -15,11 +15,9 @@ the lock-script calls made there), ``redlock_holding`` (renewal on a majority).
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Sequence
-from types import TracebackType
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -27,10 +25,10 @@ from django_redislock import signals
 from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from django_redislock.conf import LockSettings, get_settings
 from django_redislock.engine.steps import HELD_RESULT, AcquireResult
-from django_redislock.exceptions import LockLostError, LockNotOwnedError, LockTimeout
-from django_redislock.holds.holding import Holding, holder_description, new_token
+from django_redislock.holds.holding import holder_description, new_token
 from django_redislock.holds.registry import HoldKey, ThreadHandle
 from django_redislock.holds.watchdog import watchdog
+from django_redislock.primitives.guarded import Guarded
 from django_redislock.primitives.redlock import fanout
 from django_redislock.primitives.redlock.fanout import Servers
 from django_redislock.primitives.redlock.holding import RedlockHolding
@@ -59,7 +57,7 @@ from django_redislock.validation import Options, check_name, fixed, wait_budget
 RELEASE_TIMEOUT = 1.0
 
 
-class Redlock(ThreadHandle, signals.Announcer, Options):
+class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
 
     Use it when no single Redis (even with Sentinel) may decide alone: the
@@ -363,40 +361,3 @@ class Redlock(ThreadHandle, signals.Announcer, Options):
         if pttls is None:
             return None
         return max(sorted(pttls, reverse=True)[needed - 1], 0) / 1000.0
-
-    # errors -----------------------------------------------------------------------------
-
-    def _not_owned(self) -> LockNotOwnedError:
-        return LockNotOwnedError(
-            f"Redlock {self.name!r} is not held by this holder.", name=self.name
-        )
-
-    def _lost(self, holding: Holding) -> LockLostError:
-        reason = holding.lost or "the lease expired or was cleared before release"
-        return LockLostError(f"Redlock {self.name!r} was lost: {reason}.", name=self.name)
-
-    # context manager ------------------------------------------------------------------
-
-    def __enter__(self) -> Redlock:
-        result = self._acquire(None, None)
-        if not result.held:
-            raise LockTimeout(
-                f"Could not acquire redlock {self.name!r} in time.",
-                name=self.name,
-                retry_after=result.retry_after,
-            )
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            self.release()
-        except LockLostError as error:
-            if exc is None:
-                raise
-            if sys.version_info >= (3, 11):
-                exc.add_note(f"django-redislock: {error}")

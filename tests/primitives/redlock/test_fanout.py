@@ -208,7 +208,7 @@ def test_a_call_queued_past_its_deadline_is_skipped(monkeypatch: pytest.MonkeyPa
     still sent, but only until their reply deadline. A call to a hung server
     that waited longer in its queue was sent once the server came back, an
     extend arriving there after the lock's release."""
-    monkeypatch.setattr(fanout, "WORKERS_PER_SERVER", 1)
+    monkeypatch.setattr("django_redislock.primitives.redlock.fanout.WORKERS_PER_SERVER", 1)
     script = Extend(stalled="b")
     servers = fanout.Servers(["a", "b", "c"])
     try:

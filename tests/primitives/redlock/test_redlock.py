@@ -373,7 +373,7 @@ def test_interrupted_acquire_leaves_nothing_held(
             raise KeyboardInterrupt
         return results
 
-    monkeypatch.setattr(fanout, "run_on_all", run_then_interrupt)
+    monkeypatch.setattr("django_redislock.primitives.redlock.fanout.run_on_all", run_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
         Redlock("interrupted").acquire()
     assert interrupted
@@ -507,7 +507,7 @@ def test_a_forked_child_fans_out_on_its_own_threads(redlock_servers: RedlockServ
 def test_fan_out_threads_are_daemons_and_exit_when_idle(
     redlock_servers: RedlockServers, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(fanout, "IDLE_EXIT", 0.2)
+    monkeypatch.setattr("django_redislock.primitives.redlock.fanout.IDLE_EXIT", 0.2)
 
     def workers() -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t.name == "redislock-fanout"]
@@ -555,8 +555,10 @@ def test_an_extend_crossing_a_renewal_is_the_lease_kept(
             if go.is_set():
                 renewed.set()
 
-    monkeypatch.setattr(redlock_holding, "lock_call", held_back)
-    monkeypatch.setattr(redlock_holding.RedlockHolding, "renew", observed)
+    monkeypatch.setattr("django_redislock.primitives.redlock.holding.lock_call", held_back)
+    monkeypatch.setattr(
+        "django_redislock.primitives.redlock.holding.RedlockHolding.renew", observed
+    )
     try:
         with Redlock("crossed", timeout=3) as lock:
             assert read.wait(10)
