@@ -71,7 +71,7 @@ def test_the_lock_is_released_when_the_run_fails() -> None:
 
 
 def test_call_command_raises_command_error_with_the_returncode(other_thread: Any) -> None:
-    holder = Lock("command:test_commands_single_run")
+    holder = Lock("command:test_single_run")
     other_thread(holder.acquire)
 
     class Busy(BaseCommand):

@@ -3,7 +3,7 @@
 ``manage.py locks clear`` and the admin's "Release" both break someone
 else's hold: its holder finds out only at its next renewal or release
 (``LockLostError``). Each such release logs one record at INFO on the
-``django_redislock.ops.audit`` logger, naming the lock, whose hold it was, who
+``django_redislock.audit`` logger, naming the lock, whose hold it was, who
 released it and from where, so that "why did my job lose its lock?" has an
 answer in the logs. The fields are also attached to the record (``extra``)
 for structured handlers.

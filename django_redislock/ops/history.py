@@ -69,7 +69,7 @@ class Recorder(BackgroundWriter):
     microsecond), and field names are built only when flushing.
     """
 
-    thread_name = "django_redislock.ops.history"
+    thread_name = "django-redislock-history"
 
     def __init__(
         self,

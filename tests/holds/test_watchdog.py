@@ -566,7 +566,7 @@ def test_a_loss_is_told_when_logging_it_raises(redis_client: Any) -> None:
             lost.set()
 
     handler = Failing()
-    losses = logging.getLogger("django_redislock.holding")
+    losses = logging.getLogger("django_redislock.holds.holding")
     losses.addHandler(handler)
     lock_signals.lock_lost.connect(on_lost)
     try:

@@ -357,7 +357,7 @@ def test_admin_force_release_is_logged(
             RELEASE, {"name": "stuck:9", "kind": "lock"}, REMOTE_ADDR="10.1.2.3"
         )
     assert response.status_code == 302
-    (record,) = [r for r in caplog.records if r.name == "django_redislock.ops.audit"]
+    (record,) = [r for r in caplog.records if r.name == "django_redislock.audit"]
     assert record.levelname == "INFO"
     assert record.getMessage().startswith("Force-released lock 'stuck:9' held by ")
     assert record.getMessage().endswith("; released by admin from admin, 10.1.2.3.")

@@ -475,7 +475,7 @@ def test_clear_logs_who_released_what_from_where(caplog: pytest.LogCaptureFixtur
     lock.acquire()
     with caplog.at_level("INFO", logger="django_redislock"):
         run("clear", "audited", "--noinput", "-v", "0")
-    records = [r for r in caplog.records if r.name == "django_redislock.ops.audit"]
+    records = [r for r in caplog.records if r.name == "django_redislock.audit"]
     assert len(records) == 1
     record = records[0]
     assert record.levelname == "INFO"

@@ -565,8 +565,9 @@ import asyncio, os, sys, threading
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
 import django
 django.setup()
-from django_redislock import AsyncLock, async_clients
-from django_redislock.scripts import LOCK_ACQUIRE, Script
+from django_redislock import AsyncLock
+from django_redislock.backend import aio as async_clients
+from django_redislock.backend.scripts import LOCK_ACQUIRE, Script
 
 async_clients.get_async_client = lambda client: None
 real, ran, go = Script.__call__, threading.Event(), threading.Event()

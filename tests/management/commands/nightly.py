@@ -19,7 +19,9 @@ class Command(BaseCommand):
 
     @single_run("report:<day>")
     def handle(self, *args: Any, **options: Any) -> None:
-        client = redis.Redis.from_url(options["redis"])
+        # no socket timeout: redis-py 8 defaults to 5 s, and on a loaded machine the
+        # test's second process can take longer than that to start and say "finish"
+        client = redis.Redis.from_url(options["redis"], socket_timeout=None)
         client.rpush("nightly:started", options["day"])
         client.blpop(["nightly:finish"], timeout=30)  # the test says when
         self.stdout.write("done")
