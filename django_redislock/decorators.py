@@ -225,7 +225,7 @@ def _release_failed(name: str, exc: LockBackendError, request: Any) -> None:
     lock (the watchdog stopped renewing it). Logged, not raised into a view's
     answer: a 500 (or a 503) would invite a retry of work that is done. Part
     of an outage: logged once, then summarised (``outages.OutageLog``)."""
-    where = responses._where(request)
+    where = responses.where_called(request)
     responses.outage_log().failure(
         exc,
         f"{where} (release)",

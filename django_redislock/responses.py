@@ -129,7 +129,7 @@ class Answers:
         handler = self.on_lock_lost
         if request is None or handler == "raise":
             raise error
-        where = _where(request)
+        where = where_called(request)
         undone = "its transaction was rolled back" if rolled_back else "no transaction to roll back"
         if callable(handler):
             logger.warning(
@@ -259,7 +259,8 @@ def _history(name: str, using: str | None) -> tuple[float | None, int]:
     return wait_ms / waits / 1000.0, int(queued)
 
 
-def _where(request: Any) -> str:
+def where_called(request: Any) -> str:
+    """``"POST /buy/42/"`` for the logs (a DRF request's Django request)."""
     if request is None:
         return "a function call"
     return request_description(getattr(request, "_request", request))
@@ -268,7 +269,7 @@ def _where(request: Any) -> str:
 def log_unavailable(request: Any, error: LockBackendError, answer: str) -> None:
     """Log a view call answered without its lock: the first failure of an
     outage with its cause, then summaries (``OutageLog``)."""
-    where = _where(request)
+    where = where_called(request)
     outage_log().failure(
         error,
         where,
