@@ -304,6 +304,32 @@ def test_on_backend_error_applies_under_the_view_too(
                 client.get(path)
 
 
+@pytest.mark.usefixtures("real_redis")
+@pytest.mark.parametrize("kind", ["function", "async"])
+def test_a_redis_that_stops_answering_under_a_view_is_a_503_not_a_423(
+    kind: str, redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blackholed network (the fault proxy swallows everything): the nested
+    acquire ends with ``LockBackendTimeout``, which is a ``LockTimeout`` too,
+    and is answered as the outage it is."""
+    from tests.faultproxy import FaultProxy
+
+    with FaultProxy(redis_url) as proxy:
+        caches = {"default": redis_cache(proxy.url, SOCKET_TIMEOUT=0.3, SOCKET_CONNECT_TIMEOUT=0.3)}
+        with override_settings(CACHES=caches), meanwhile(proxy.blackhole) as (entered, cut):
+
+            def body(pk: int) -> None:
+                entered.set()
+                assert cut.wait(WAIT)
+                with Lock(f"inner:{pk}", blocking_timeout=1):
+                    pass
+
+            set_body(monkeypatch, body)
+            response = Client(raise_request_exception=True).get(f"/{kind}/11/")
+        assert response.status_code == 503
+        assert response["Retry-After"] == "5"
+
+
 # --- outage logs: once, then summarised, then its end ---------------------------------
 
 
