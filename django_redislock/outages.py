@@ -24,6 +24,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from .exceptions import LockBackendError
 
@@ -37,6 +38,11 @@ SHOWN = 3
 #: ones are counted only in the total, "elsewhere" (an outage hitting a million names must not
 #: grow memory by a million entries).
 KEPT = 100
+
+#: A record to write once the mutex is released: level, message, args, exc_info
+#: (a slow handler, an error tracker sending over the network, must not hold up
+#: the other failing calls).
+_Line = tuple[int, str, tuple[object, ...], Any]
 
 
 class OutageLog:
@@ -83,13 +89,15 @@ class OutageLog:
         with its traceback; later ones are counted for the next summary line.
         """
         now = self.clock()
+        line: _Line | None = None
         with self._mutex:
             if self._since is None:
-                self._begin(now, error, message, args)
-                return
-            if now - self._last_line >= self.interval and self._pending:
-                self._summarise(now)
-            self._count(error, where)
+                line = self._begin(now, error, message, args)
+            else:
+                if now - self._last_line >= self.interval and self._pending:
+                    line = self._summarise(now)
+                self._count(error, where)
+        self._write(line)
 
     def answered(self) -> None:
         """A call got an answer from Redis: an outage, if one was going, is over."""
@@ -100,19 +108,25 @@ class OutageLog:
             if self._since is None:
                 return
             pending = f" ({self._pending} since the last line)" if self._pending else ""
-            self.logger.warning(
+            line: _Line = (
+                logging.WARNING,
                 "Redis answers lock requests again after %.1f s of failures: "
                 "%d failed call(s) in all%s.",
-                now - self._since,
-                self._total,
-                pending,
+                (now - self._since, self._total, pending),
+                None,
             )
             self._since = None
             self._reset_counts()
+        self._write(line)
+
+    def _write(self, line: _Line | None) -> None:
+        if line is not None:
+            level, message, args, exc_info = line
+            self.logger.log(level, message, *args, exc_info=exc_info)
 
     def _begin(
         self, now: float, error: LockBackendError, message: str, args: tuple[object, ...]
-    ) -> None:
+    ) -> _Line:
         self._since = self._last_line = now
         self._total = 1
         self._last_error = error
@@ -121,12 +135,14 @@ class OutageLog:
         )
         ago = None if self._last_traceback is None else now - self._last_traceback
         if ago is not None and ago < self.interval:  # flapping: the cause is fresh in the log
-            self.logger.error(
-                message + note + " (Traceback as logged %.1f s ago: %s)", *args, ago, error
+            return (
+                logging.ERROR,
+                message + note + " (Traceback as logged %.1f s ago: %s)",
+                (*args, ago, error),
+                None,
             )
-        else:
-            self._last_traceback = now
-            self.logger.error(message + note, *args, exc_info=error)
+        self._last_traceback = now
+        return logging.ERROR, message + note, args, error
 
     def _count(self, error: LockBackendError, where: str) -> None:
         self._total += 1
@@ -136,23 +152,28 @@ class OutageLog:
         if key in self._pending_where or len(self._pending_where) < KEPT:
             self._pending_where[key] += 1  # the rest are in _pending only: "elsewhere"
 
-    def _summarise(self, now: float) -> None:
+    def _summarise(self, now: float) -> _Line:
         shown = self._pending_where.most_common(SHOWN)
         parts = [f"{name!r} under {where}: {count}" for (name, where), count in shown]
         rest = self._pending - sum(count for _, count in shown)
         if rest:
             parts.append(f"{rest} elsewhere")
-        self.logger.error(
+        line: _Line = (
+            logging.ERROR,
             "Redis still unavailable for locks: %d failed call(s) in the last %.1f s (%s); "
             "down for %.1f s; last cause: %s",
-            self._pending,
-            now - self._last_line,
-            ", ".join(parts),
-            now - (self._since or now),
-            self._last_error,
+            (
+                self._pending,
+                now - self._last_line,
+                ", ".join(parts),
+                now - (self._since or now),
+                self._last_error,
+            ),
+            None,
         )
         self._last_line = now
         self._reset_counts(keep_total=True)
+        return line
 
     def _reset_counts(self, *, keep_total: bool = False) -> None:
         if not keep_total:
