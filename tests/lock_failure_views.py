@@ -13,6 +13,7 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.http import HttpRequest, HttpResponse
 from django.urls import path
+from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_redislock import require_lock
@@ -32,6 +33,13 @@ def function_view(request: HttpRequest, pk: int) -> HttpResponse:
 
 class ClassView(View):
     @require_lock("sku:<pk>", blocking_timeout=GRACE)
+    def get(self, request: HttpRequest, pk: int) -> HttpResponse:
+        BODY(pk)
+        return HttpResponse("done\n")
+
+
+@method_decorator(require_lock("sku:<pk>", blocking_timeout=GRACE), name="dispatch")
+class DispatchView(View):
     def get(self, request: HttpRequest, pk: int) -> HttpResponse:
         BODY(pk)
         return HttpResponse("done\n")
@@ -62,6 +70,7 @@ def raising_view(request: HttpRequest, pk: int) -> HttpResponse:
 urlpatterns = [
     path("function/<int:pk>/", function_view),
     path("class/<int:pk>/", ClassView.as_view()),
+    path("dispatch/<int:pk>/", DispatchView.as_view()),
     path("async/<int:pk>/", async_view),
     path("configured/<int:pk>/", configured_view),
     path("raising/<int:pk>/", raising_view),

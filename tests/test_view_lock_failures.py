@@ -37,7 +37,7 @@ from tests.settings import redis_cache
 
 ROOT = Path(__file__).resolve().parent.parent
 WAIT = 30.0  # generous: a noisy 2-core box
-SYNC_KINDS = ["function", "class", "drf", "drf-function"]
+SYNC_KINDS = ["function", "class", "dispatch", "drf", "drf-function"]
 LOGGER = "django_redislock.responses"
 
 
