@@ -12,6 +12,12 @@ is an ``HttpRequest``. Then contention answers ``423 Locked`` with
 ``base.check_name``: empty, longer than 1024 characters, control characters;
 or a placeholder that is ``None``) is a ``BadRequest`` (400). Any other call
 raises ``LockTimeout`` and ``ValueError`` instead.
+
+A view call never turns a lock failure into a 500: Redis unreachable, for
+the view's own lock or any lock taken under it (``LockBackendError``), is a
+``503`` (``on_backend_error``); a lock lost while the view ran
+(``LockLostError``: cleared by an operator, expired) is a ``409 Conflict``
+(``on_lock_lost``), with the transaction the view ran in rolled back.
 """
 
 from __future__ import annotations
@@ -25,11 +31,12 @@ from typing import Any, Literal, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import BadRequest, ImproperlyConfigured
+from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponseBase
 
 from django_redislock import responses
 from django_redislock.context import describing_request
-from django_redislock.exceptions import LockBackendError, LockTimeout
+from django_redislock.exceptions import LockBackendError, LockLostError, LockTimeout
 from django_redislock.primitives.async_lock import AsyncLock
 from django_redislock.primitives.lock import Lock
 from django_redislock.transactions import hand_over
@@ -47,6 +54,13 @@ BackendErrorHandler = Callable[
     [HttpRequest, LockBackendError], HttpResponseBase | Awaitable[HttpResponseBase]
 ]
 OnBackendError = int | BackendErrorHandler | Literal["raise"] | None
+LockLostHandler = Callable[
+    [HttpRequest, LockLostError], HttpResponseBase | Awaitable[HttpResponseBase]
+]
+OnLockLost = int | LockLostHandler | Literal["raise"] | None
+
+#: Lock failures raised under a view call that it answers instead of a 500.
+_ANSWERED = (LockBackendError, LockLostError)
 
 _PLACEHOLDER = re.compile(r"<([^<>]*)>")
 _PATH = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*\Z")
@@ -206,11 +220,34 @@ class _Plan:
         return name
 
 
-def _release_failed(name: str, exc: LockBackendError) -> None:
+def _release_failed(name: str, exc: LockBackendError, request: Any) -> None:
     """Redis failed while releasing after the function ran: its lease frees the
     lock (the watchdog stopped renewing it). Logged, not raised into a view's
-    answer: a 500 (or a 503) would invite a retry of work that is done."""
-    logger.error("Could not release %r after the call; its lease will free it: %s", name, exc)
+    answer: a 500 (or a 503) would invite a retry of work that is done. Part
+    of an outage: logged once, then summarised (``outages.OutageLog``)."""
+    where = responses.where_called(request)
+    responses.outage_log().failure(
+        exc,
+        f"{where} (release)",
+        "Could not release %r after the call under %s; its lease will free it: %s",
+        name,
+        where,
+        exc,
+    )
+
+
+def _roll_back() -> bool:
+    """Mark the transactions a view call ran in for rollback, as its exception
+    would have done had it reached them: their ``atomic()`` rolls back instead
+    of committing a response that says the work failed. Whether there was one.
+    (A connection in autocommit-off mode outside ``atomic()`` is its owner's
+    to roll back; async views run in none.)"""
+    marked = False
+    for connection in connections.all(initialized_only=True):
+        if connection.in_atomic_block:
+            transaction.set_rollback(True, using=connection.alias)
+            marked = True
+    return marked
 
 
 def _release_or_hold_until_commit(lock: Lock) -> None:
@@ -233,6 +270,7 @@ def require_lock(
     blocking_timeout: float | None = None,
     on_contention: OnContention = None,
     on_backend_error: OnBackendError = None,
+    on_lock_lost: OnLockLost = None,
     using: str | None = None,
 ) -> Callable[[F], F]:
     """Run the decorated view or function only while holding the lock ``template`` names.
@@ -245,11 +283,23 @@ def require_lock(
     that are not view calls always raise ``LockTimeout``.
 
     ``on_backend_error`` does the same when Redis cannot be reached or fails
-    while taking the lock (``LockBackendError``): ``None`` for ``503 Service
-    Unavailable`` with ``Retry-After``, another error status, a callable
-    ``(request, LockBackendError) -> response``, or ``"raise"``. The view does
-    not run, and the cause is logged at ERROR unless it is raised. Answers are
-    built by ``responses`` (DRF views get ``{"detail": ...}`` JSON).
+    (``LockBackendError``) while taking the lock (the view does not run) or
+    under the view (a nested ``Lock``, ``InventoryMixin.deduct()``): ``None``
+    for ``503 Service Unavailable`` with ``Retry-After``, another error
+    status, a callable ``(request, LockBackendError) -> response``, or
+    ``"raise"``. The cause is logged at ERROR unless it is raised, once per
+    outage, then summarised.
+
+    ``on_lock_lost`` does the same when a lock was lost while the view ran
+    (``LockLostError`` from the view or from leaving its own lock: cleared by
+    ``locks clear``, expired, lost with Redis): ``None`` for ``409 Conflict``
+    with ``Retry-After``, another error status, a callable ``(request,
+    LockLostError) -> response``, or ``"raise"``. Unless it is raised, the
+    transactions the view ran in (``ATOMIC_REQUESTS``, an ``atomic()``
+    around it) are rolled back as the exception would have done.
+
+    Answers are built by ``responses`` (DRF views get ``{"detail": ...}``
+    JSON). Calls that are not view calls raise these errors.
     """
     parts = _parse(template)
     check_lease(timeout)
@@ -258,6 +308,7 @@ def require_lock(
     answers = responses.Answers(
         on_contention=_check_on_contention(on_contention),
         on_backend_error=_check_on_contention(on_backend_error, "on_backend_error"),
+        on_lock_lost=_check_on_contention(on_lock_lost, "on_lock_lost"),
         timeout=timeout,
         using=using,
     )
@@ -331,26 +382,43 @@ class _Guard:
                 acquired = lock._acquire(None, None)
         except LockBackendError as exc:
             return self.answers.unavailable(request, exc)
+        responses.outage_log().answered()
         if not acquired.held:
             return self.contended(request, lock._timeout_error(acquired))
         try:
             result = self.func(*args, **kwargs)
+        except _ANSWERED as exc:
+            if request is None or self.answers.raises(exc):
+                self._leave_raised(lock, name, exc, request)
+                raise
+            try:  # answered (and logged) first: a release failing too is the same outage
+                return self.answers.failed(request, exc, rolled_back=_roll_back())
+            finally:
+                self._leave_raised(lock, name, exc, request)
         except BaseException as exc:
-            try:
-                # in a transaction its writes may still commit (a caller that
-                # catches the error): held until it ends, as after a return
-                if not hand_over(lock, confirm=False):
-                    lock.__exit__(type(exc), exc, exc.__traceback__)
-            except LockBackendError as release_exc:
-                _release_failed(name, release_exc)  # the original error goes on
+            self._leave_raised(lock, name, exc, request)
             raise
         try:
             _release_or_hold_until_commit(lock)
+        except LockLostError as exc:
+            if request is None or self.answers.raises(exc):
+                raise
+            return self.answers.lost(request, exc, rolled_back=_roll_back())
         except LockBackendError as exc:
             if request is None:
                 raise
-            _release_failed(name, exc)  # the view's work is done: answer it
+            _release_failed(name, exc, request)  # the view's work is done: answer it
         return result
+
+    def _leave_raised(self, lock: Lock, name: str, exc: BaseException, request: Any) -> None:
+        """Leave the lock after the function raised ``exc``, which goes on."""
+        try:
+            # in a transaction its writes may still commit (a caller that
+            # catches the error): held until it ends, as after a return
+            if not hand_over(lock, confirm=False):
+                lock.__exit__(type(exc), exc, exc.__traceback__)
+        except LockBackendError as release_exc:
+            _release_failed(name, release_exc, request)  # the original error goes on
 
     async def call_async(self, *args: Any, **kwargs: Any) -> Any:
         name, request = self.lock_name(args, kwargs)
@@ -366,23 +434,41 @@ class _Guard:
                 acquired = await lock._acquire(None, None)
         except LockBackendError as exc:
             return await _answered(self.answers.unavailable(request, exc))
+        responses.outage_log().answered()
         if not acquired.held:
             return await _answered(self.contended(request, lock._timeout_error(acquired)))
         try:
             result = await self.func(*args, **kwargs)
+        except _ANSWERED as exc:
+            if request is None or self.answers.raises(exc):
+                await self._leave_raised_async(lock, name, exc, request)
+                raise
+            try:  # an async view runs in no transaction of its thread's: none to roll back
+                return await _answered(self.answers.failed(request, exc, rolled_back=False))
+            finally:
+                await self._leave_raised_async(lock, name, exc, request)
         except BaseException as exc:
-            try:
-                await lock.__aexit__(type(exc), exc, exc.__traceback__)
-            except LockBackendError as release_exc:
-                _release_failed(name, release_exc)  # the original error goes on
+            await self._leave_raised_async(lock, name, exc, request)
             raise
         try:
             await lock.__aexit__(None, None, None)
+        except LockLostError as exc:
+            if request is None or self.answers.raises(exc):
+                raise
+            return await _answered(self.answers.lost(request, exc, rolled_back=False))
         except LockBackendError as exc:
             if request is None:
                 raise
-            _release_failed(name, exc)  # the view's work is done: answer it
+            _release_failed(name, exc, request)  # the view's work is done: answer it
         return result
+
+    async def _leave_raised_async(
+        self, lock: AsyncLock, name: str, exc: BaseException, request: Any
+    ) -> None:
+        try:
+            await lock.__aexit__(type(exc), exc, exc.__traceback__)
+        except LockBackendError as release_exc:
+            _release_failed(name, release_exc, request)  # the original error goes on
 
 
 async def _answered(answer: Any) -> Any:

@@ -1,14 +1,21 @@
-"""What ``@require_lock`` answers a view call that it cannot run.
+"""What ``@require_lock`` answers a view call that it cannot run or finish.
 
-Two answers, both with ``Retry-After``:
+Three answers, each with ``Retry-After``:
 
 - **423 Locked** when the lock is held by someone else past the blocking
   timeout. ``Retry-After`` is an estimate of when this caller would get the
   lock (see :func:`retry_after`), not the holder's whole lease.
 - **503 Service Unavailable** when Redis cannot be reached or fails: the lock
   cannot be taken, so the view must not run (fail closed), but the client
-  should retry rather than see a 500 and a traceback. The cause is logged at
-  ERROR on ``django_redislock.responses``.
+  should retry rather than see a 500 and a traceback. The same when a lock
+  taken under the view (``InventoryMixin.deduct()``, a nested ``Lock``)
+  meets Redis down. Logged on ``django_redislock.responses``: the first
+  failure of an outage with its cause, then a summary line per interval
+  (``outages.OutageLog``).
+- **409 Conflict** when the lock (the view's own or one taken under it) was
+  lost while the view ran: cleared by an operator, expired, or lost with
+  Redis. The work was not mutually exclusive, so the transaction the view
+  ran in is rolled back, and the client is told to try again.
 
 Views of Django REST framework get DRF's error shape, ``{"detail": "..."}``
 as JSON. DRF stays optional: it is recognised only when already imported.
@@ -16,9 +23,11 @@ as JSON. DRF stays optional: it is recognised only when already imported.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
+import os
 import sys
 from http import HTTPStatus
 from typing import Any, cast
@@ -28,8 +37,10 @@ from django.http import HttpResponse, HttpResponseBase, JsonResponse
 
 from django_redislock.backend import client as backend
 from django_redislock.conf import get_settings
-from django_redislock.exceptions import LockBackendError, LockTimeout
+from django_redislock.context import request_description
+from django_redislock.exceptions import LockBackendError, LockLostError, LockTimeout
 from django_redislock.holds import counters
+from django_redislock.outages import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -37,18 +48,55 @@ logger = logging.getLogger(__name__)
 #: enough not to hammer a recovering server, short enough for a blip.
 BACKEND_RETRY_AFTER = 5
 
+#: ``Retry-After`` (seconds) of the 409 sent when a view's lock was lost: the
+#: name is free again (or another holder has it), so the retry can come soon.
+LOST_RETRY_AFTER = 1
+
+
+@functools.cache
+def outage_log() -> OutageLog:
+    """This process's log of lock-service outages (reset in a forked child)."""
+    return OutageLog(logger)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=outage_log.cache_clear)
+
 
 class Answers:
-    """A view call's answers for one ``require_lock``: its ``on_contention`` and
-    ``on_backend_error`` (already checked), lease and cache alias."""
+    """A view call's answers for one ``require_lock``: its ``on_contention``,
+    ``on_backend_error`` and ``on_lock_lost`` (already checked), lease and
+    cache alias."""
 
     def __init__(
-        self, *, on_contention: Any, on_backend_error: Any, timeout: float | None, using: str | None
+        self,
+        *,
+        on_contention: Any,
+        on_backend_error: Any,
+        on_lock_lost: Any = None,
+        timeout: float | None,
+        using: str | None,
     ) -> None:
         self.on_contention = on_contention
         self.on_backend_error = on_backend_error
+        self.on_lock_lost = on_lock_lost
         self.timeout = timeout
         self.using = using
+
+    def raises(self, error: LockBackendError | LockLostError) -> bool:
+        """Whether ``error``, raised under a view, is to propagate (``"raise"``)."""
+        handler = self.on_lock_lost if isinstance(error, LockLostError) else self.on_backend_error
+        return bool(handler == "raise")
+
+    def failed(
+        self, request: Any, error: LockBackendError | LockLostError, *, rolled_back: bool
+    ) -> Any:
+        """The answer to a view call under which ``error`` was raised (by the
+        view, or by the release of its own lock); ``rolled_back``: the
+        transaction it ran in was marked for rollback."""
+        if isinstance(error, LockLostError):
+            return self.lost(request, error, rolled_back=rolled_back)
+        return self.unavailable(request, error)
 
     def contended(self, request: Any, error: LockTimeout, asynchronous: bool) -> Any:
         """The answer to a refused view call; raises ``error`` for other calls."""
@@ -76,6 +124,43 @@ class Answers:
         log_unavailable(request, error, str(int(status)))
         message = "The lock service is unavailable; try again shortly."
         return error_response(request, status, message, BACKEND_RETRY_AFTER)
+
+    def lost(self, request: Any, error: LockLostError, *, rolled_back: bool) -> Any:
+        """The answer to a view call whose lock was lost while it ran."""
+        handler = self.on_lock_lost
+        if request is None or handler == "raise":
+            raise error
+        where = where_called(request)
+        undone = "its transaction was rolled back" if rolled_back else "no transaction to roll back"
+        if callable(handler):
+            logger.warning(
+                "Lock %r was lost under %s; %s; answered with on_lock_lost: %s",
+                error.name,
+                where,
+                undone,
+                error,
+            )
+            return handler(request, error)
+        status = handler or HTTPStatus.CONFLICT
+        logger.warning(
+            "Lock %r was lost under %s; %s; answered %d: %s",
+            error.name,
+            where,
+            undone,
+            status,
+            error,
+        )
+        if rolled_back:
+            message = (
+                f"The lock on {error.name} was lost while this request ran (it was cleared "
+                "or expired), so nothing it changed was saved; try again."
+            )
+        else:
+            message = (
+                f"The lock on {error.name} was lost while this request ran (it was cleared "
+                "or expired), so it did not run under the lock; try again."
+            )
+        return error_response(request, status, message, LOST_RETRY_AFTER)
 
 
 def is_drf(request: Any, view: Any) -> bool:
@@ -175,12 +260,22 @@ def _history(name: str, using: str | None) -> tuple[float | None, int]:
     return wait_ms / waits / 1000.0, int(queued)
 
 
+def where_called(request: Any) -> str:
+    """``"POST /buy/42/"`` for the logs (a DRF request's Django request)."""
+    if request is None:
+        return "a function call"
+    return request_description(getattr(request, "_request", request))
+
+
 def log_unavailable(request: Any, error: LockBackendError, answer: str) -> None:
-    logger.error(
-        "Redis is unavailable for lock %r under %s %s; answered %s.",
+    """Log a view call answered without its lock: the first failure of an
+    outage with its cause, then summaries (``OutageLog``)."""
+    where = where_called(request)
+    outage_log().failure(
+        error,
+        where,
+        "Redis is unavailable for lock %r under %s; answered %s.",
         error.name,
-        getattr(request, "method", "?"),
-        getattr(request, "path", "?"),
+        where,
         answer,
-        exc_info=error,
     )

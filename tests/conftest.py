@@ -221,6 +221,15 @@ def _flush_redis(_redis_settings: str) -> Iterator[None]:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_outage_log() -> None:
+    """Each test starts outside an outage: its first lock-service failure is
+    logged in full, whatever an earlier test's last one left."""
+    from django_redislock import responses
+
+    responses.outage_log.cache_clear()
+
+
+@pytest.fixture(autouse=True)
 def _end_leaked_holdings() -> Iterator[None]:
     """A test that fails while holding leaves its holdings in the process's one
     watchdog; end them, so the next test starts with nothing to renew. A holding

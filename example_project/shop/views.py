@@ -34,7 +34,9 @@ def index(request: HttpRequest) -> HttpResponse:
 def buy(request: HttpRequest, pk: int) -> HttpResponse:
     """One purchase. The view lock serialises buyers of this SKU (a second
     buyer waits up to BLOCKING_TIMEOUT, then gets 423 with Retry-After);
-    ``deduct()`` guards the stock itself, until the order is committed."""
+    ``deduct()`` guards the stock itself, until the order is committed.
+    Redis failing part way (``LockBackendError`` from ``deduct()``) rolls the
+    purchase back and answers 503, as ``@require_lock`` does for its own lock."""
     sku = get_object_or_404(SKU, pk=pk)
     buyer = request.user.get_username() if request.user.is_authenticated else "guest"
     think = request.POST.get("think_ms", "")
@@ -52,6 +54,13 @@ def buy(request: HttpRequest, pk: int) -> HttpResponse:
     except InsufficientStock:
         messages.error(request, f"Sorry, {sku.title} is sold out.")
         outcome = load.SOLD_OUT
+    except LockBackendError:  # Redis went away mid-purchase: nothing was sold (rolled back)
+        # before LockTimeout: a LockBackendTimeout (Redis stopped answering) is both
+        return HttpResponse(
+            "The lock service is unavailable; nothing was bought. Try again shortly.\n",
+            status=503,
+            headers={"Retry-After": "5"},
+        )
     except LockTimeout as exc:  # the payment provider stayed busy: try again shortly
         response = HttpResponse("The payment provider is busy; try again.", status=503)
         response["Retry-After"] = str(max(1, math.ceil(exc.retry_after or 1)))
