@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -40,13 +39,13 @@ def test_scripts_shop_says_once_which_redis_it_uses(tmp_path: Path) -> None:
     fakeredis and announced it, three ports of which only the last was the
     shop's."""
     from tests.servers import free_port
+    from tests.test_dev_scripts import stamp_name
 
     venv = tmp_path / "venv"  # scripts/_venv.sh finds it installed: no pip
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (venv / "bin" / "python").chmod(0o755)
-    stamp = (ROOT / "pyproject.toml").read_bytes() + (ROOT / "scripts" / "_venv.sh").read_bytes()
-    (venv / f".installed-{hashlib.sha1(stamp).hexdigest()[:12]}").touch()
+    (venv / stamp_name("shop")).touch()
     port = free_port()
     env = {
         k: v
