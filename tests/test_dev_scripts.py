@@ -48,7 +48,9 @@ def fake_venv(tmp_path: Path, fail: list[str]) -> tuple[Path, Path]:
     return venv, log
 
 
-def run_test_script(tmp_path: Path, fail: list[str]) -> tuple[subprocess.CompletedProcess[str], str]:
+def run_test_script(
+    tmp_path: Path, fail: list[str]
+) -> tuple[subprocess.CompletedProcess[str], str]:
     venv, log = fake_venv(tmp_path, fail)
     env = {
         **{k: v for k, v in os.environ.items() if k != "VENV_EXTRAS"},
