@@ -77,7 +77,7 @@ def test_scripts_shop_says_once_which_redis_it_uses(tmp_path: Path) -> None:
         output = shop.communicate(timeout=30)[0]
     assert output.count("embedded fakeredis server") == 1, output
     assert output.count("Demo admin login") == 1, output
-    assert "other commands reach it with SHOP_EMBEDDED_REDIS_PORT=" in output, output
+    assert "find it through shop.sqlite3.redis, or with SHOP_EMBEDDED_REDIS_PORT=" in output, output
 
 
 def test_seed_shop_prints_the_demo_login(tmp_path: Path) -> None:
