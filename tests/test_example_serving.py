@@ -167,6 +167,7 @@ def test_gunicorn_with_two_workers_sells_exactly_the_stock(tmp_path: Path, redis
         outcomes = buy_all_at_once(port, buyers=30)
         static = request(port, "GET", "/static/admin/css/base.css")
         dashboard_js = request(port, "GET", "/static/django_redislock/dashboard.js")
+    print(f"gunicorn, 2 workers, 30 buyers at once for a stock of 12: {dict(outcomes)}")
     log = "".join(output)
     assert len(re.findall(r"Booting worker with pid", log)) >= 2, log
     stock, orders = stock_and_orders(env)
@@ -230,6 +231,7 @@ HOLD = (
 )
 
 
+@pytest.mark.slow
 def test_manage_locks_finds_the_running_shops_embedded_server(tmp_path: Path) -> None:
     """``manage.py locks`` beside a running shop inspected an empty fakeredis of
     its own and answered "Nothing is held."; now it finds the shop's, and
@@ -256,6 +258,7 @@ def test_manage_locks_finds_the_running_shops_embedded_server(tmp_path: Path) ->
     assert "empty embedded fakeredis server of this command's own" in alone.stderr
 
 
+@pytest.mark.slow
 def test_a_second_server_process_uses_the_first_ones_embedded_server(tmp_path: Path) -> None:
     """Two shops on one project share one embedded server (and their locks)."""
     env = shop_env(tmp_path)
