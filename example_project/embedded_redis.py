@@ -20,7 +20,6 @@ runserver's autoreloader child).
 
 from __future__ import annotations
 
-import fcntl
 import functools
 import os
 import socket
@@ -30,6 +29,11 @@ from pathlib import Path
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock, so no sharing; commands need the port given
+    fcntl = None  # type: ignore[assignment]
 
 #: Servers whose workers are separate processes: their presence in
 #: ``sys.modules`` means this process is (or will fork) one of them.
@@ -77,6 +81,8 @@ def _keep_alive_handler() -> type:
 def running_elsewhere() -> tuple[int, int] | None:
     """``(pid, port)`` of the embedded server another live process of this
     project publishes, else ``None`` (no file, or nobody holds its lock)."""
+    if fcntl is None:
+        return None
     path = address_file()
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -116,6 +122,8 @@ def _port() -> int:
 def _publish(port: int) -> int | None:
     """Write ``pid port`` to the address file under an exclusive lock, kept
     (the descriptor stays open) until this process ends."""
+    if fcntl is None:
+        return None
     path = address_file()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
