@@ -114,19 +114,39 @@ def _timeouts_problem(alias: str, config: Any) -> CheckMessage | None:
         suggestion = ", ".join(f"{k!r}: {v}" for k, v in SUGGESTED_TIMEOUTS.items())
     if not missing:
         return None
-    from django_redislock.engine.bounds import default_socket_timeout
-
-    default = default_socket_timeout(None)
-    until = (
-        f"for redis-py's default of {default:g} s per command"
-        if default
-        else "until the operating system gives up on the connection"
-    )
+    version, connect, command = redis_py_defaults()
+    unset = f"Cache {alias!r}, which the locks use, sets no {' and no '.join(missing)}"
+    if connect and command:
+        return Warning(
+            f"{unset}: it relies on redis-py {version}'s defaults ({connect:g} s to connect, "
+            f"{command:g} s per command); redis-py before 8 has none, and there a hung Redis "
+            "would block requests, releases and its renewals until the operating system "
+            "gives up on the connection.",
+            hint=f"Set them in its OPTIONS to keep a bound whatever the redis-py version: "
+            f"{{{suggestion}}} (seconds).",
+            id=_check_id("W002"),
+        )
     return Warning(
-        f"Cache {alias!r}, which the locks use, sets no {' and no '.join(missing)}: a hung "
-        f"Redis would block requests, releases and its renewals {until}.",
+        f"{unset}: a hung Redis would block requests, releases and its renewals until the "
+        f"operating system gives up on the connection (redis-py {version} has no default "
+        "timeout).",
         hint=f"Add to its OPTIONS: {{{suggestion}}} (seconds).",
         id=_check_id("W002"),
+    )
+
+
+def redis_py_defaults() -> tuple[str, float | None, float | None]:
+    """The installed redis-py's version and what its connections time out
+    after when given no timeouts: ``(version, connect, per command)``, each
+    ``None`` for no timeout. Read from a new (unconnected) connection, not a
+    table of versions: redis-py 8 gives 5 s to both, earlier versions none."""
+    import redis
+
+    connection = redis.Connection()  # type: ignore[no-untyped-call]
+    return (
+        redis.__version__,
+        connection.socket_connect_timeout or None,
+        connection.socket_timeout or None,
     )
 
 

@@ -4,7 +4,8 @@ Each is sent with ``sender`` = the primitive's class and keyword arguments
 ``name`` (the lock name as given), ``kind`` (``"lock"``, ``"semaphore"``, ...)
 and timings in seconds:
 
-- ``lock_acquired``: ``waited``, ``fencing_token``
+- ``lock_acquired``: ``waited`` (time in line: ``0.0`` when a ``Lock`` or
+  ``Semaphore`` never queued), ``fencing_token``
 - ``lock_released``: ``held``
 - ``lock_lost``: ``held``, ``reason`` — sent from one of the watchdog's
   threads when a renewal finds the lease gone or goes unanswered past the

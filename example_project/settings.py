@@ -2,11 +2,13 @@
 
 With ``REDIS_URL`` set it uses that Redis. Without, ``embedded_redis`` starts
 fakeredis's TCP server in-process (announced once by ``runserver``) so the shop
-runs on a machine with no Redis at all.
+runs on a machine with no Redis at all; other commands of the project find it,
+and a gunicorn or uvicorn worker refuses to start without ``REDIS_URL``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -33,6 +35,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The admin's CSS and the dashboard's JS under gunicorn or uvicorn too, not
+    # only under runserver (the shop extra installs WhiteNoise: see below).
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -77,6 +82,14 @@ USE_TZ = True
 # runserver's log show UTC, as stored (the orders page labels it).
 TIME_ZONE = "UTC"
 STATIC_URL = "/static/"
+# ``manage.py collectstatic`` writes here, and WhiteNoise serves what it finds
+# here with far-future caching. Without a collectstatic run it serves the apps'
+# own static files straight from their folders (WHITENOISE_USE_FINDERS), so the
+# demo needs no build step; a deployment runs collectstatic (docs/operations.md).
+STATIC_ROOT = os.environ.get("SHOP_STATIC_ROOT", str(BASE_DIR / "staticfiles"))
+WHITENOISE_USE_FINDERS = True
+if importlib.util.find_spec("whitenoise") is None:  # the test extra alone (scripts/matrix)
+    MIDDLEWARE.remove("whitenoise.middleware.WhiteNoiseMiddleware")
 
 from example_project.embedded_redis import redis_url  # noqa: E402
 

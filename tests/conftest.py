@@ -25,6 +25,7 @@ from tests.support.servers import (
     RedisServer,
     server_name,
 )
+from tests.support.writers import drain
 
 #: Multi-node fixtures (Cluster, Sentinel, Redlock servers) for the scale-out tests.
 pytest_plugins = ["tests.support.scaleout"]
@@ -208,12 +209,11 @@ def _flush_redis(_redis_settings: str) -> Iterator[None]:
 
     # the per-minute history a previous test left unwritten must not land in this one's
     # Redis, nor a flush in its command counts: tests that want it call flush()
-    recorder = apps.get_app_config("django_redislock").hot_recorder
-    recorder.reset()
-    recorder.background = False
+    # (a writing thread a previous test started is waited for: it may hold a tally it
+    # took before the reset, and would write it after the FLUSHALL below)
+    drain(apps.get_app_config("django_redislock").hot_recorder, background=False)
     # the same for a Lock's batched counters (holds/counters.py)
-    counters.TALLY.reset()
-    counters.TALLY.background = False
+    drain(counters.TALLY, background=False)
     client = redis.Redis.from_url(_redis_settings)
     client.flushall()
     yield

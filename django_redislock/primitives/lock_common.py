@@ -252,12 +252,14 @@ class LockBase(Handle, Primitive):
             watchdog.watch(holding)
         # a handoff came after `started` (see protocol.acquire); the wait ended now
         ended = time.monotonic() if outcome.status == HANDED else outcome.started
-        if resolved.stats_key is not None:  # wait_ms counts only time spent in line
-            waited = ended - begun if outcome.waited else 0.0
+        # only time spent in line is a wait: a pause before the first attempt (a
+        # new connection pool, a busy CPU) made an uncontended acquire a wait
+        waited = ended - begun if outcome.waited else 0.0
+        if resolved.stats_key is not None:
             counters.acquired(
                 resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
             )
-        self._announce_acquired(ended - begun, outcome.value)
+        self._announce_acquired(waited, outcome.value)
 
     # holders: see ``holds/registry.py`` ------------------------------------------------------
 

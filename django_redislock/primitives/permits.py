@@ -180,9 +180,13 @@ class PermitBase(Primitive):
                 deadline=attempt.deadline,
             )
         )
-        return self._finish(attempt, outcome.status, outcome.value, outcome.started)
+        return self._finish(
+            attempt, outcome.status, outcome.value, outcome.started, waited=outcome.waited
+        )
 
-    def _finish(self, attempt: _Attempt, status: int, value: int, started: float) -> AcquireResult:
+    def _finish(
+        self, attempt: _Attempt, status: int, value: int, started: float, *, waited: bool
+    ) -> AcquireResult:
         """Record the outcome: held, or refused with the retry hint."""
         if status != HELD:
             if status != REFUSED:
@@ -210,7 +214,8 @@ class PermitBase(Primitive):
         self._stack().append(holding)
         if resolved.auto_renew:
             watchdog.watch(holding)
-        self._announce_acquired(started - attempt.begun, value)
+        # only time spent in line is a wait (see ``Lock``)
+        self._announce_acquired(started - attempt.begun if waited else 0.0, value)
         return HELD_RESULT
 
     @staticmethod

@@ -1,9 +1,12 @@
 """Docs as tests: ``docs/quickstart.md`` followed literally in a new project.
 
-The snippets marked ``<!-- test: ... -->`` are taken from the page as they
-are (never copied here): the settings are appended to a fresh
-``startproject``'s settings, the files are written where the page says, the
-console lines are run, and the views answer as the page promises.
+Every snippet of the page is marked ``<!-- test: ... -->`` and taken from the
+page as it is (never copied here): ``install`` (the checkout, put on
+``PYTHONPATH`` instead of pip-installed), ``settings`` (appended to a fresh
+``startproject``'s settings), ``shell`` (each console line run),
+``dashboard`` (``createsuperuser`` without prompts, ``runserver`` started and
+asked for the page's URL), a file (written where the page says) or
+``+file`` (appended to it); then the views answer as the page promises.
 """
 
 from __future__ import annotations
@@ -54,14 +57,73 @@ done.set()
 holder.join(30)
 assert busy.status_code == 423, busy.status_code
 assert int(busy["Retry-After"]) >= 1
+
+# blocking_timeout=0: 423 at once, whatever BLOCKING_TIMEOUT (10 s by default)
+import time
+from django.test import RequestFactory
+from shop import views
+from shop.models import Account
+
+held.clear(); done.clear()
+holder = threading.Thread(target=hold)
+holder.start()
+held.wait(30)
+started = time.monotonic()
+now = client.get("/buy-now/1/")
+took = time.monotonic() - started
+done.set()
+holder.join(30)
+assert now.status_code == 423 and took < 5, (now.status_code, took)
+assert client.get("/buy-now/1/").content == b"bought\\n"
+
+# the lost-update recipe, on the page's own Account
+account = Account.objects.create()
+answer = views.add_points(RequestFactory().post("/", {"points": "3"}), pk=account.pk)
+assert answer.content == b"3\\n", answer.content
+views.add_points_later(account.pk, 4)
+account.refresh_from_db()
+assert account.points == 7, account.points
+
+# the dashboard, for the superuser the page creates
+assert client.login(username="admin", password=PASSWORD)
+page = client.get(DASHBOARD)
+assert page.status_code == 200 and b"Held locks" in page.content, page.status_code
 print("quickstart ok")
 """
+#: The page's ``createsuperuser`` runs without prompts: these answer them.
+SUPERUSER = {
+    "DJANGO_SUPERUSER_USERNAME": "admin",
+    "DJANGO_SUPERUSER_EMAIL": "admin@example.com",
+    "DJANGO_SUPERUSER_PASSWORD": "quickstart-admin",
+}
 
 
 def snippets() -> list[tuple[str, str]]:
-    found = [(m["what"], m["code"]) for m in MARKED.finditer(PAGE.read_text(encoding="utf-8"))]
+    text = PAGE.read_text(encoding="utf-8")
+    found = [(m["what"], m["code"]) for m in MARKED.finditer(text)]
     assert {what for what, _ in found} >= {"settings", "shell", "shop/views.py", "urls.py"}
+    # every snippet of the page is one of them: none is left untested
+    assert len(found) == text.count("\n```") // 2, "a snippet of the page has no test: mark"
     return found
+
+
+def dashboard_url() -> str:
+    """The dashboard's address as the page gives it."""
+    found = re.search(r"<http://127\.0\.0\.1:8000(/admin/[^>]+)>", PAGE.read_text())
+    assert found, "the page names no dashboard URL"
+    return found.group(1)
+
+
+def test_every_snippet_of_the_quickstart_is_run() -> None:
+    """The "Lost updates" block once imported a model the page never defined,
+    and it was not among the tested snippets."""
+    found = snippets()
+    assert (
+        "install",
+        "pip install ./django-redislock        # the directory of your checkout\n",
+    ) in found
+    files = {what.lstrip("+") for what, _ in found} - {"install", "settings", "shell", "dashboard"}
+    assert files == {"shop/views.py", "shop/models.py", "urls.py"}
 
 
 def test_the_quickstart_works_in_a_new_project(tmp_path: Path, redis_url: str) -> None:
@@ -76,31 +138,81 @@ def test_the_quickstart_works_in_a_new_project(tmp_path: Path, redis_url: str) -
         return done.stdout + done.stderr
 
     run("-m", "django", "startproject", "mysite", ".")
-    run("manage.py", "startapp", "shop")
     settings = tmp_path / "mysite" / "settings.py"
     for what, code in snippets():
-        if what == "settings":
+        if what == "install":  # the checkout is on PYTHONPATH (above)
+            assert code.startswith("pip install ./django-redislock"), code
+        elif what == "settings":
             code = code.replace("redis://127.0.0.1:6379/0", redis_url)  # the suite's own server
             assert "6379" not in code
-            settings.write_text(
-                settings.read_text() + "\n" + code + '\nINSTALLED_APPS += ["shop"]\n'
-            )
+            settings.write_text(settings.read_text() + "\n" + code)
         elif what == "shell":
             for line in code.splitlines():
                 command = line.split("#")[0].split()
                 assert command[:2] == ["python", "manage.py"], line
                 output = run("manage.py", *command[2:])
                 assert "WARNINGS" not in output and "django_redislock.W" not in output, output
+        elif what == "dashboard":
+            assert code.splitlines() == [
+                "python manage.py createsuperuser", "python manage.py runserver"
+            ], code  # fmt: skip
+            env.update(SUPERUSER)
+            run("manage.py", "createsuperuser", "--noinput")
+            assert_serves_dashboard(tmp_path, env)
         else:
-            target = tmp_path / ("mysite/urls.py" if what == "urls.py" else what)
+            target = tmp_path / ("mysite/urls.py" if what.lstrip("+") == "urls.py" else what)
+            if what.startswith("+"):
+                target = tmp_path / what[1:]
+                code = target.read_text() + "\n\n" + code
             target.write_text(code)
-    assert "quickstart ok" in run("-c", CHECK)
+    check = CHECK.replace("PASSWORD", repr(SUPERUSER["DJANGO_SUPERUSER_PASSWORD"]))
+    assert "quickstart ok" in run("-c", check.replace("DASHBOARD", repr(dashboard_url())))
+
+
+def assert_serves_dashboard(project: Path, env: dict[str, str]) -> None:
+    """``runserver`` (on a free port, not the page's 8000) serves the page's
+    URL: to a visitor who is not logged in, the admin's login."""
+    import http.client
+    import signal
+    import socket
+    import time
+
+    from tests.support.servers import free_port
+
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    break
+            except OSError:
+                assert server.poll() is None, "runserver exited"
+                assert time.monotonic() < deadline, "runserver never listened"
+                time.sleep(0.1)  # polling a port: nothing to wait on
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        conn.request("GET", dashboard_url())
+        answer = conn.getresponse()
+        conn.close()
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(30)
+    assert answer.status == 302, answer.status
+    assert answer.getheader("Location", "").startswith("/admin/login/?next="), answer.getheader(
+        "Location"
+    )
 
 
 def lost_update_recipe() -> types.ModuleType:
     """The page's lost-update block, with the test suite's ``Account`` for the shop's."""
     text = PAGE.read_text(encoding="utf-8")
-    [code] = [code for code in re.findall(r"```python\n(.*?)```", text, re.S) if "points" in code]
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    [code] = [code for code in blocks if "def add_points" in code]
     assert "from shop.models import Account\n" in code
     code = code.replace("from shop.models import Account", "from tests.models import Account")
     module = types.ModuleType("quickstart_points")

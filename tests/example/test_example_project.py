@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -40,13 +39,13 @@ def test_scripts_shop_says_once_which_redis_it_uses(tmp_path: Path) -> None:
     fakeredis and announced it, three ports of which only the last was the
     shop's."""
     from tests.support.servers import free_port
+    from tests.test_dev_scripts import stamp_name
 
     venv = tmp_path / "venv"  # scripts/_venv.sh finds it installed: no pip
     (venv / "bin").mkdir(parents=True)
     (venv / "bin" / "python").write_text(f'#!/bin/sh\nexec "{sys.executable}" "$@"\n')
     (venv / "bin" / "python").chmod(0o755)
-    stamp = (ROOT / "pyproject.toml").read_bytes() + (ROOT / "scripts" / "_venv.sh").read_bytes()
-    (venv / f".installed-{hashlib.sha1(stamp).hexdigest()[:12]}").touch()
+    (venv / stamp_name("shop")).touch()
     port = free_port()
     env = {
         k: v
@@ -78,7 +77,7 @@ def test_scripts_shop_says_once_which_redis_it_uses(tmp_path: Path) -> None:
         output = shop.communicate(timeout=30)[0]
     assert output.count("embedded fakeredis server") == 1, output
     assert output.count("Demo admin login") == 1, output
-    assert "other commands reach it with SHOP_EMBEDDED_REDIS_PORT=" in output, output
+    assert "find it through shop.sqlite3.redis, or with SHOP_EMBEDDED_REDIS_PORT=" in output, output
 
 
 def test_seed_shop_prints_the_demo_login(tmp_path: Path) -> None:

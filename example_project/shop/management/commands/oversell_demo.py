@@ -8,7 +8,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -174,13 +173,13 @@ class Command(BaseCommand):
             started = time.monotonic()
             total = workers * attempts
             done = 0
+            self._shown: int | None = None
             while done < total and any(proc.is_alive() for proc in procs):
                 self._progress(MODES[mode], done, total)
                 time.sleep(0.1)  # a display refresh, not synchronisation
                 done = int(counter.get(ATTEMPTS_KEY) or 0)
             seconds = time.monotonic() - started
-            self._progress(MODES[mode], done, total)
-            self.stdout.write("")
+            self._progress(MODES[mode], done, total, final=True)
         finally:
             # Many workers on few cores take seconds to exit (each tears down
             # Django): killed sooner, they were reported as failed, with no error.
@@ -253,12 +252,24 @@ class Command(BaseCommand):
             f"(exit code {', '.join(map(str, codes))}); see the errors above."
         )
 
-    def _progress(self, label: str, done: int, total: int) -> None:
+    def _progress(self, label: str, done: int, total: int, *, final: bool = False) -> None:
+        """The bar, redrawn in place on a terminal. Elsewhere (a pipe, a log, CI)
+        carriage returns piled every redraw onto one line: there, a line of its
+        own at the start, each tenth of the way, and the end."""
         width = 30
         filled = width * done // total if total else width
         bar = "#" * filled + "-" * (width - filled)
-        self.stdout.write(f"\r  {label:<24} [{bar}] {done}/{total}", ending="")
-        self.stdout.flush()
+        line = f"  {label:<24} [{bar}] {done}/{total}"
+        if self.stdout.isatty():
+            self.stdout.write("\r" + line, ending="\n" if final else "")
+            self.stdout.flush()
+            return
+        shown = getattr(self, "_shown", None)
+        step = max(1, total // 10)
+        if shown is None or done >= shown + step or (final and done != shown):
+            self.stdout.write(line)
+            self.stdout.flush()
+            self._shown = done
 
     def _report(self, results: dict[str, Result]) -> None:
         naive, ours = results["naive"], results["deduct"]
@@ -289,5 +300,5 @@ class Command(BaseCommand):
         self.stdout.write(
             style(f"deduct(): sold {ours.sold} of {ours.stock}, oversold by {ours.oversold}.")
         )
-        if sys.stdout.isatty():
+        if self.stdout.isatty():
             self.stdout.write("")

@@ -42,9 +42,9 @@ class Command(BaseCommand):
         where = settings.CACHES["default"]["LOCATION"]
         if embedded_redis.started_here():
             self.stderr.write(
-                f"No REDIS_URL set: this run has an embedded fakeredis server of its own at "
-                f"{where}, which a running shop does not see; use the shop page's *Make some "
-                "load* button, or SHOP_EMBEDDED_REDIS_PORT=<the port runserver printed>.",
+                f"No REDIS_URL set and no running shop found: this run has an embedded "
+                f"fakeredis server of its own at {where}, which no shop sees; start the shop "
+                "first (bash scripts/shop), or use the shop page's *Make some load* button.",
                 style_func=self.style.WARNING,
             )
         self.stdout.write(
