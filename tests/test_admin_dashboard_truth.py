@@ -234,6 +234,19 @@ def test_a_name_not_held_is_a_friendly_404(admin_client: Client) -> None:
     assert f'href="{DASHBOARD}"' in body
 
 
+def test_the_page_of_a_name_says_when_redis_is_unreachable(admin_client: Client) -> None:
+    from django.test import override_settings
+
+    from tests.servers import free_port
+    from tests.settings import redis_cache
+
+    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
+    with override_settings(CACHES=caches):
+        response = admin_client.get(DASHBOARD + "name/sku:1/")
+    assert response.status_code == 503
+    assert "Redis is unreachable or failed" in response.content.decode()
+
+
 def test_the_page_of_a_name_is_for_staff_only() -> None:
     url = DASHBOARD + "name/x/"
     response = Client().get(url)
