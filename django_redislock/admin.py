@@ -8,6 +8,8 @@ handling come from the admin); nothing is loaded from the network.
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from http import HTTPStatus
 from typing import Any
 from urllib.parse import urlencode
 
@@ -26,6 +28,7 @@ from django_redislock.backend import client as backend
 from django_redislock.conf import get_settings
 from django_redislock.models import HeldLock
 from django_redislock.ops import audit, charts, dashboard, inspection
+from django_redislock.ops import history as hot
 from django_redislock.ops.common import OpsError, Page, check_name_arg, connect, describe_error
 
 #: Rows per dashboard page.
@@ -40,6 +43,31 @@ ORDER_LABELS = {
     "lost": gettext_lazy("lost leases"),
     "wait_ms": gettext_lazy("wait time"),
 }
+
+
+def _history(entry: hot.NameHistory) -> dict[str, Any]:
+    """One name's hot-names history with its charts, labelled with measured
+    values over the hour the charts show: the peak and the median (of the
+    minutes with any) of acquisitions per minute, the highest p95 and the
+    median p50 of waits (histogram bucket bounds, hence "at most"), and the
+    mean wait, which is exact."""
+    waits = entry.totals["waits"]
+    return {
+        "name": entry.name,
+        "totals": entry.totals,
+        "acquired_chart": charts.bars(
+            entry.acquired, _("Acquisitions per minute of %s") % entry.name
+        ),
+        "wait_chart": charts.lines(
+            {"p50": entry.p50_ms, "p95": entry.p95_ms},
+            _("Wait p50 and p95 per minute of %s") % entry.name,
+        ),
+        "acquired_peak": charts.peak(entry.acquired),
+        "acquired_median": charts.median(entry.acquired),
+        "peak_p95": charts.peak(entry.p95_ms),
+        "median_p50": charts.median(entry.p50_ms),
+        "mean_wait_ms": entry.totals["wait_ms"] / waits if waits else None,
+    }
 
 
 def _page_number(request: HttpRequest) -> int:
@@ -75,12 +103,16 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             path("data/", view(self.data_view), name="{}_{}_data".format(*info)),
             path("hot/", view(self.hot_view), name="{}_{}_hot".format(*info)),
             path("release/", view(self.release_view), name="{}_{}_release".format(*info)),
+            # any name: the path converter takes "/" too, and reverse() quotes the rest
+            path("name/<path:name>/", view(self.detail_view), name="{}_{}_detail".format(*info)),
         ]
 
     # views ----------------------------------------------------------------------
 
-    def _page(self, request: HttpRequest) -> tuple[Page, list[dict[str, Any]]]:
+    def _page(self, request: HttpRequest) -> tuple[Page, float, list[dict[str, Any]]]:
+        """The page of rows asked for, and the server time they are as of."""
         client, prefix = connect()
+        now = dashboard.server_time(client)
         page = Page(
             client,
             prefix,
@@ -89,10 +121,11 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             per_page=PER_PAGE,
             counters=get_settings().stats,
         )
-        rows = dashboard.rows(page, client, prefix)
+        rows = dashboard.rows(page, client, prefix, now=now)
         for row in rows:
             row["release_url"] = self._release_url(row["name"], row["kind"])
-        return page, rows
+            row["detail_url"] = self._detail_url(row["name"])
+        return page, now, rows
 
     @staticmethod
     def _error(exc: BaseException) -> str:
@@ -126,7 +159,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "is_nav_sidebar_enabled": False,
         }
         try:
-            page, rows = self._page(request)
+            page, now, rows = self._page(request)
             context.update(self._hot_context(request))
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             context["error"] = self._error(exc)
@@ -134,6 +167,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         context.update(
             page=page,
             rows=rows,
+            server_time=now,
             counters_enabled=get_settings().stats,
             previous_url=self._page_url(query, page.number - 1) if page.number > 1 else None,
             next_url=self._page_url(query, page.number + 1) if page.number < page.pages else None,
@@ -146,18 +180,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         order = dashboard.choice(request.GET.get("order"), dashboard.ORDERS, "waits")
         client, prefix = connect()
         hot = [
-            {
-                "name": entry.name,
-                "totals": entry.totals,
-                "acquired_chart": charts.bars(
-                    entry.acquired, _("Acquisitions per minute of %s") % entry.name
-                ),
-                "wait_chart": charts.lines(
-                    {"p50": entry.p50_ms, "p95": entry.p95_ms},
-                    _("Wait p50 and p95 per minute of %s") % entry.name,
-                ),
-                "peak_p95": max((v for v in entry.p95_ms if v is not None), default=None),
-            }
+            _history(entry)
             for entry in dashboard.hot_panel(client, prefix, window=window, order=order)
         ]
         return {
@@ -193,6 +216,12 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_{view}"
         )
 
+    def _detail_url(self, name: str) -> str:
+        return reverse(
+            f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_detail",
+            kwargs={"name": name},
+        )
+
     def _release_url(self, name: str, kind: str) -> str:
         return self._url("release") + "?" + urlencode({"name": name, "kind": kind})
 
@@ -202,11 +231,14 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _data(self, request: HttpRequest) -> HttpResponse:
         try:
-            page, rows = self._page(request)
+            page, now, rows = self._page(request)
         except (OpsError, *backend.BACKEND_ERRORS) as exc:
             return JsonResponse({"error": self._error(exc)}, status=503)
         return JsonResponse(
             {
+                # the Redis server's clock when the rows were read: every
+                # ttl and held_for is as of this instant
+                "server_time": now,
                 "count": page.count,
                 "page": page.number,
                 "pages": page.pages,
@@ -214,6 +246,54 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 "can_release": request.user.has_perm(RELEASE_PERMISSION),
                 "results": rows,
             }
+        )
+
+    def detail_view(self, request: HttpRequest, name: str) -> HttpResponse:
+        """One name's own page, the twin of ``manage.py locks inspect``: 404
+        (with the page's own message) when nothing holds it."""
+        self._check_view(request)
+        return require_GET(self._detail)(request, name)
+
+    def _detail(self, request: HttpRequest, name: str) -> HttpResponse:
+        context: dict[str, Any] = {
+            **self._base_context(request),
+            "title": name,
+            "name": name,
+            "changelist_url": self._url("changelist"),
+            "can_release": request.user.has_perm(RELEASE_PERMISSION),
+            "counters_enabled": get_settings().stats,
+            "is_nav_sidebar_enabled": False,
+            "error": None,
+        }
+        status = HTTPStatus.OK
+        try:
+            name = check_name_arg(name)
+            client, prefix = connect()
+            now = dashboard.server_time(client)
+            held = dashboard.detail(client, prefix, name, now=now)
+            counters = inspection.stats(client, prefix, [name])[0] if held else {}
+            history = dashboard.name_history(client, prefix, name, now=now) if held else None
+        except OpsError as exc:
+            context["error"] = str(exc)
+            status = HTTPStatus.NOT_FOUND
+        except backend.BACKEND_ERRORS as exc:
+            context["error"] = self._error(exc)
+            status = HTTPStatus.SERVICE_UNAVAILABLE
+        else:
+            for entry in held:
+                entry["release_url"] = self._release_url(name, entry["kind"])
+            context.update(
+                held=held,
+                counters=counters,
+                counted=any(entry["counted"] for entry in held),
+                read_at=datetime.fromtimestamp(now, tz=timezone.utc),
+                history=_history(history) if history is not None else None,
+                server_time=now,
+            )
+            if not held:
+                status = HTTPStatus.NOT_FOUND
+        return TemplateResponse(
+            request, "admin/django_redislock/detail.html", context, status=status
         )
 
     def release_view(self, request: HttpRequest) -> HttpResponse:
@@ -234,6 +314,11 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         # the holders the operator confirmed (the form carries digests of
         # their tokens): if the name changed hands since, the page is shown again
         confirmed = source.get("holders") if request.method == "POST" else None
+        # "release whoever holds it now": for a busy name, which changes hands
+        # faster than anyone can confirm its holders
+        whoever = request.method == "POST" and source.get("whoever") == "1"
+        if whoever:
+            confirmed = None
         released = None
         try:
             client, prefix = connect()
@@ -257,7 +342,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 % labels,
             )
         elif released is not None:
-            self._log(request, info, released)
+            self._log(request, info, released, whoever=whoever)
             messages.success(
                 request,
                 _("Released %(kind)s “%(name)s”; its holders will get LockLostError.") % labels,
@@ -269,6 +354,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             "info": info,
             "holders": dashboard.holders(info, now),
             "holders_signature": inspection.holders_signature(info),
+            "changed_hands": released == inspection.CHANGED_HANDS,
+            "is_nav_sidebar_enabled": False,
             "changelist_url": changelist,
         }
         return TemplateResponse(request, "admin/django_redislock/confirm_release.html", context)
@@ -297,11 +384,18 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             return released, kind.describe(client, prefix, info.name)
         return released, info if released else None  # none: nobody held it by then
 
-    def _log(self, request: HttpRequest, info: inspection.HeldInfo, released: int) -> None:
+    def _log(
+        self, request: HttpRequest, info: inspection.HeldInfo, released: int, *, whoever: bool
+    ) -> None:
+        """Record a force-release in the admin log and the audit logger. For
+        ``whoever`` (no holders confirmed), the holders named are the last
+        ones read before the clear: under load, the one released may be a
+        later holder."""
         holders = ", ".join(h.holder for h in info.holders)
+        seen = "whoever held it; last read: " if whoever else ""
         message = (
             f"Force-released {info.kind} (fencing token {info.fencing_token}, "
-            f"holders: {holders}, released {released})"
+            f"holders: {seen}{holders}, released {released})"
         )
         audit.log_force_release(
             info.name,

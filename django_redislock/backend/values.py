@@ -25,6 +25,12 @@ class LockState:
     lease: float
     since: float
     holder: str
+    #: The hold began as a handoff from the previous holder (``_handoff.lua``).
+    handed_over: bool = False
+
+
+#: Ends the stored holder of a hold that began as a handoff (``_handoff.lua``).
+HANDED_MARK = "\x1ehandoff"
 
 
 def parse_lock_value(value: bytes | str | None) -> LockState | None:
@@ -39,6 +45,9 @@ def parse_lock_value(value: bytes | str | None) -> LockState | None:
     numbers = [n for text in (count, fence, lease, since) if (n := number(text)) is not None]
     if len(numbers) != 4:
         return None
+    handed_over = holder.endswith(HANDED_MARK)
+    if handed_over:
+        holder = holder[: -len(HANDED_MARK)]
     return LockState(
         token=token,
         waiters=waiters == "1",
@@ -47,6 +56,7 @@ def parse_lock_value(value: bytes | str | None) -> LockState | None:
         lease=numbers[2] / 1000.0,
         since=numbers[3] / 1000.0,
         holder=holder,
+        handed_over=handed_over,
     )
 
 
@@ -69,6 +79,8 @@ class HolderInfo:
     count: int = 1  # reentrant depth
     mode: str | None = None  # "read" / "write" for read-write locks
     since: float | None = None  # the holder's wall clock at acquire, in seconds
+    lease: float | None = None  # seconds, as last set (Lock only)
+    handed_over: bool = False  # the hold began as a handoff (Lock only)
 
 
 def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[HolderInfo]:

@@ -69,3 +69,18 @@ def lines(series: dict[str, Sequence[float | None]], title: str) -> SafeString:
     )
     return _svg(title, f'<line class="axis" x1="0" y1="{HEIGHT}" x2="{WIDTH}" y2="{HEIGHT}"/>'
                 + body)  # fmt: skip
+
+
+def peak(values: Sequence[float | None]) -> float | None:
+    """The largest value shown, ``None`` when there is none."""
+    return max((v for v in values if v is not None), default=None)
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    """The median of the minutes that have a value above zero (an hour of
+    mostly idle minutes would otherwise always read 0); ``None`` for none."""
+    active = sorted(v for v in values if v)
+    if not active:
+        return None
+    middle = len(active) // 2
+    return active[middle] if len(active) % 2 else (active[middle - 1] + active[middle]) / 2

@@ -146,6 +146,9 @@ class Page:
             for info in inspection.describe_many(kind, client, prefix, by_kind[kind.kind])
         ]
         infos.sort(key=lambda info: (info.name, info.kind))
+        # names released between the SCAN and their description are not
+        # counted either: "3 held" over two rows would be a lie
+        self.count -= len(shown) - len(infos)
         self.infos = infos
         names = [info.name for info in infos]
         self.counters = inspection.stats(client, prefix, names) if counters else [{} for _ in names]

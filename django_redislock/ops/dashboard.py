@@ -17,7 +17,7 @@ from django_redislock import context
 from django_redislock.backend import client as backend
 from django_redislock.ops import history as hot
 from django_redislock.ops import inspection
-from django_redislock.ops.common import Page, holder_data
+from django_redislock.ops.common import Page, holder_data, info_data
 
 #: Waiters listed per row (the count is always complete).
 WAITERS_SHOWN = 5
@@ -88,19 +88,30 @@ def waiters(
     ]
 
 
+#: Kinds whose per-name counters are kept (``counters.py``); the others are
+#: shown as not counted rather than as zeros (the hot-names panel has them all).
+COUNTED_KINDS = frozenset({"lock"})
+
+
 def holders(info: inspection.HeldInfo, now: float) -> list[dict[str, Any]]:
-    """``ops.holder_data`` plus each holder's context and ``held_for`` at ``now``."""
+    """``ops.holder_data`` plus each holder's context, ``held_for`` at ``now``
+    (never negative: a holder's clock may run ahead of the server's), its
+    ``lease`` and whether the hold began as a handoff (``handed_over``)."""
     found = holder_data(info)
     for data, holder in zip(found, info.holders, strict=True):
         data.update(who(holder.holder))
-        data["held_for"] = None if holder.since is None else round(now - holder.since, 1)
+        data["held_for"] = None if holder.since is None else round(max(0.0, now - holder.since), 1)
+        data["lease"] = holder.lease
+        data["handed_over"] = holder.handed_over
     return found
 
 
-def rows(page: Page, client: Any, prefix: str) -> list[dict[str, Any]]:
+def rows(page: Page, client: Any, prefix: str, *, now: float | None = None) -> list[dict[str, Any]]:
     """The page's rows as JSON-ready dicts: ``ops.info_data`` plus each holder's
-    context and age (``held_for``) and the first waiters with theirs."""
-    now = server_time(client)
+    context and age (``held_for``) and the first waiters with theirs, all as
+    of ``now`` on the server's clock (read here when not given)."""
+    if now is None:
+        now = server_time(client)
     found = page.rows()
     queued = [i for i, info in enumerate(page.infos) if info.waiters]
     lines = waiters(client, prefix, [(found[i]["name"], found[i]["kind"]) for i in queued], now=now)
@@ -110,6 +121,9 @@ def rows(page: Page, client: Any, prefix: str) -> list[dict[str, Any]]:
         row["held_for"] = max(
             (h["held_for"] for h in row["holders"] if h["held_for"] is not None), default=None
         )
+        row["lease"] = max((h["lease"] for h in row["holders"] if h["lease"]), default=None)
+        row["handed_over"] = any(h["handed_over"] for h in row["holders"])
+        row["counted"] = row["kind"] in COUNTED_KINDS
         row["queue"] = [
             {"position": w.position, "waited": round(w.waited, 1), **who(w.holder)}
             for w in by_row.get(i, [])
@@ -129,3 +143,42 @@ def choice(value: str | None, allowed: Sequence[Any], default: Any) -> Any:
         if str(option) == value:
             return option
     return default
+
+
+#: Waiters listed on a name's own page (the count is always complete).
+DETAIL_WAITERS = 100
+
+
+def detail(client: Any, prefix: str, name: str, *, now: float) -> list[dict[str, Any]]:
+    """Everything known about ``name``, one entry per kind that holds it (the
+    twin of ``manage.py locks inspect``): ``ops.info_data`` plus holders with
+    their context, lease and age, and up to ``DETAIL_WAITERS`` waiters in
+    line. Empty when nothing holds the name."""
+    infos = inspection.describe(client, prefix, name)
+    found = []
+    entries = [(info.name, info.kind) for info in infos]
+    lines = waiters(client, prefix, entries, now=now, limit=DETAIL_WAITERS) if infos else []
+    for info, line in zip(infos, lines, strict=True):
+        data = info_data(info)
+        data["holders"] = holders(info, now)
+        data["lease"] = info.extra.get("lease")
+        data["handed_over"] = any(h["handed_over"] for h in data["holders"])
+        data["counted"] = info.kind in COUNTED_KINDS
+        data["queue"] = [
+            {"position": w.position, "waited": round(w.waited, 1), **who(w.holder)} for w in line
+        ]
+        found.append(data)
+    return found
+
+
+def name_history(client: Any, prefix: str, name: str, *, now: float) -> hot.NameHistory | None:
+    """``name``'s last hour of the hot-names history, or ``None`` when it has none."""
+    history = [
+        {name: minute[name]} if name in minute else {}
+        for minute in hot.read(client, prefix, now, minutes=max(WINDOWS))
+    ]
+    for order in hot.COUNTERS:
+        found = hot.hot_names(history, window=len(history), order=order, top=1)
+        if found:
+            return found[0]
+    return None

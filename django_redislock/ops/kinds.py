@@ -164,6 +164,8 @@ class LockKind:
             fencing_token=state.fencing_token,
             count=state.count,
             since=state.since,
+            lease=state.lease,
+            handed_over=state.handed_over,
         )
         return HeldInfo(
             name=name,

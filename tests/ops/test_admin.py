@@ -75,7 +75,8 @@ def test_dashboard_lists_held_lock_with_fence_and_ttl(admin_client: Client) -> N
         response = admin_client.get(DASHBOARD)
     body = response.content.decode()
     assert response.status_code == 200
-    assert '<td class="name">sku:42</td>' in body
+    link = f'<a href="{DASHBOARD}name/sku:42/">sku:42</a>'
+    assert f'<td class="name">{link}</td>' in body
     assert f'<td class="fence">{fence}</td>' in body
     ttl = re.search(r'data-ttl="([0-9.]+)"', body)
     assert ttl is not None

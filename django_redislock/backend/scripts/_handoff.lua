@@ -9,6 +9,11 @@
 -- lease.) A waiter that died in line costs at most grant_ms, which is no more
 -- than it would have blocked the queue anyway (grant_ms <= its re-check span).
 -- An entry without grant_ms (an older client) is woken to take the lock itself.
+-- The handed-over value's holder ends with HANDED_MARK (a control character,
+-- which a holder description never holds: context.clean), kept by every
+-- renewal, so the operator tools can tell a hold that began as a handoff
+-- (state.parse_lock_value strips it).
+local HANDED_MARK = '\30handoff'
 
 -- Free `lock`, or hand it to the first live waiter (who counts the acquire: holds/counters.py).
 local function pass_on(lock, queue, deadlines, fence_key, sigprefix)
@@ -29,8 +34,8 @@ local function pass_on(lock, queue, deadlines, fence_key, sigprefix)
   redis.call('HDEL', deadlines, head)
   local fence = next_fence(fence_key)
   local waiters = redis.call('EXISTS', queue)
-  redis.call('SET', lock, lock_value(head, waiters, 1, fence, grant_ms, now_ms, holder),
-    'PX', grant_ms)
+  redis.call('SET', lock,
+    lock_value(head, waiters, 1, fence, grant_ms, now_ms, holder .. HANDED_MARK), 'PX', grant_ms)
   local key = sigprefix .. head
   redis.call('DEL', key)
   redis.call('RPUSH', key, string.format('%.0f', fence))

@@ -7,7 +7,8 @@
 -- count    reentrant hold count            fence    fencing token of this hold
 -- lease_ms lease set by the last acquire or renewal
 -- since_ms holder's wall clock at acquire (display only)
--- holder   host:pid:thread (display only; may contain ':')
+-- holder   host:pid:thread (display only; may contain ':'), then '\30handoff'
+--          when the hold began as a handoff (_handoff.lua)
 
 local function lock_value(token, waiters, count, fence, lease, since, holder)
   return token .. ':' .. waiters .. ':' .. count .. ':' .. string.format('%.0f', fence) .. ':'

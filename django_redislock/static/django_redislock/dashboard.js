@@ -1,60 +1,105 @@
-// Live view of held locks: ticks each TTL down (and each "held for" up) every
-// 100 ms and refreshes the rows from the staff-only JSON endpoint every few
-// seconds. Names and holders are only ever set with textContent, so a lock
-// name cannot inject markup. The hot-names panel is re-rendered by the server
-// (escaped by Django's templates) and swapped in every HOT_EVERY refreshes.
-// When Redis is unreachable the page shows the error and nothing else.
+// Live view of held locks. Every TTL and "held for" is what the server read at
+// one instant of its own clock (the snapshot's server_time). "Held for" is
+// shown as read: a busy lock changes hands many times between refreshes, so
+// counting it up would invent a long hold. TTLs count down from the snapshot,
+// never for longer than the refresh interval: past it, the numbers stop and
+// the page is marked stale until a newer snapshot arrives. A countdown that
+// reaches zero reads "due" (the holder's watchdog may well have renewed it),
+// and a TTL is shown as expiring only when the server itself reported it short
+// of its renewal point. "updated N s ago" is the age of the data shown. Names and holders
+// are only ever set with textContent, so a lock name cannot inject markup.
+// The hot-names panel is re-rendered by the server (escaped by Django's
+// templates) and swapped in every HOT_EVERY refreshes. When Redis is
+// unreachable the page shows the error and nothing else.
 "use strict";
 (function () {
   const table = document.getElementById("redislock-table");
+  const status = document.getElementById("redislock-status");
   if (!table) {
     return;
   }
   const body = table.tBodies[0];
-  const status = document.getElementById("redislock-status");
   const errorBox = document.getElementById("redislock-error");
   const paginator = document.getElementById("redislock-paginator");
   const refreshMs = parseInt(table.dataset.refreshMs, 10) || 3000;
+  // a refresh takes a round trip: marked stale only once this much later
+  const STALE_GRACE_MS = 1000;
+  const FETCH_TIMEOUT_MS = 10000;
   const counters = table.dataset.counters === "1";
+  const labels = table.dataset;
   const live = document.getElementById("redislock-live");
   const hotBody = document.getElementById("redislock-hot-body");
   const hotForm = document.getElementById("redislock-hot-form");
   const HOT_EVERY = 3;
   let refreshes = 0;
-  let deadlines = new Map(); // cell -> performance.now() at which the TTL reaches 0
-  let starts = new Map(); // cell -> performance.now() at which the hold began
+  let failed = false;
+  // performance.now() at which the shown snapshot was read on the server
+  // (estimated as the middle of its request's round trip)
+  let anchor = initialAnchor();
+  let ttls = new Map(); // cell -> seconds left at the snapshot
 
-  function formatTtl(ms) {
-    return (Math.max(0, ms) / 1000).toFixed(1) + "s";
+  function initialAnchor() {
+    const nav = performance.getEntriesByType && performance.getEntriesByType("navigation")[0];
+    if (nav && nav.responseStart > 0) {
+      return (nav.requestStart + nav.responseStart) / 2;
+    }
+    return performance.now();
   }
 
-  function track(cell, ttlSeconds) {
-    if (ttlSeconds === null || ttlSeconds === "" || isNaN(Number(ttlSeconds))) {
+  function seconds(value) {
+    if (value === null || value === undefined || value === "" || isNaN(Number(value))) {
+      return null;
+    }
+    return Number(value);
+  }
+
+  function formatSeconds(s) {
+    return Math.max(0, s).toFixed(1) + "s";
+  }
+
+  // Expiring: the server read a TTL below the renewal point of its lease (a
+  // watchdog renews a third of the way in) and below 5 s; never a guess.
+  function expiring(ttl, lease) {
+    return ttl !== null && ttl < 5 && (lease === null || ttl < lease / 3);
+  }
+
+  function trackTtl(cell, ttl, lease) {
+    if (ttl === null) {
       cell.textContent = "–";
       return;
     }
-    deadlines.set(cell, performance.now() + Number(ttlSeconds) * 1000);
+    ttls.set(cell, ttl);
+    cell.dataset.ttlAtSnapshot = String(ttl);
+    cell.classList.toggle("expiring", expiring(ttl, lease));
+    if (lease !== null) {
+      cell.title = labels.labelLease + " " + lease + "s";
+    }
   }
 
-  function trackHeld(cell, heldSeconds) {
-    if (heldSeconds === null || heldSeconds === "" || isNaN(Number(heldSeconds))) {
-      cell.textContent = "–";
-      return;
-    }
-    starts.set(cell, performance.now() - Number(heldSeconds) * 1000);
+  function elapsed() {
+    return Math.min(Math.max(0, performance.now() - anchor), refreshMs) / 1000;
   }
 
   function tick() {
-    const now = performance.now();
-    starts.forEach(function (start, cell) {
-      cell.textContent = formatTtl(now - start);
+    const age = Math.max(0, performance.now() - anchor);
+    const stale = failed || age > refreshMs + STALE_GRACE_MS;
+    const dt = elapsed();
+    ttls.forEach(function (ttl, cell) {
+      const left = ttl - dt;
+      const due = left < 0.05; // "0.0s" would read as expired
+      cell.textContent = due ? labels.labelDue : formatSeconds(left);
+      cell.classList.toggle("due", due);
+      cell.dataset.remainingMs = String(Math.max(0, Math.round(left * 1000)));
     });
-    deadlines.forEach(function (deadline, cell) {
-      const left = deadline - now;
-      cell.textContent = formatTtl(left);
-      cell.dataset.remainingMs = String(Math.max(0, Math.round(left)));
-      cell.classList.toggle("expiring", left < 5000);
-    });
+    table.classList.toggle("stale", stale);
+    if (status) {
+      status.textContent =
+        labels.labelAge.replace("%(age)s", String(Math.floor(age / 1000))) +
+        (stale ? " · " + labels.labelStale : "");
+      status.classList.toggle("stale", stale);
+      status.dataset.stale = stale ? "1" : "0";
+      status.dataset.ageMs = String(Math.round(age));
+    }
   }
 
   function td(className, text) {
@@ -84,6 +129,12 @@
         line.appendChild(span("runs", h.runs));
       }
       line.appendChild(span("who", whoText(h) + (h.mode ? " (" + h.mode + ")" : "")));
+      if (h.handed_over) {
+        line.appendChild(document.createTextNode(" "));
+        const badge = span("redislock-badge handed-over", labels.labelHandedOver);
+        badge.title = labels.labelHandedOverTitle;
+        line.appendChild(badge);
+      }
       cell.appendChild(line);
     });
     return cell;
@@ -114,6 +165,11 @@
   }
 
   function countersCell(row) {
+    if (!row.counted) {
+      const cell = td("counters not-counted", labels.labelNotCounted);
+      cell.title = labels.labelNotCountedTitle;
+      return cell;
+    }
     const cell = td("counters", "");
     const c = row.counters || {};
     const labels = table.dataset.labelCounters.split(",");
@@ -131,15 +187,23 @@
     return cell;
   }
 
-  function render(data) {
-    const fresh = new Map();
-    const held = new Map();
+  function nameCell(row) {
+    const cell = td("name", "");
+    const link = document.createElement("a");
+    link.href = row.detail_url;
+    link.textContent = row.name;
+    cell.appendChild(link);
+    return cell;
+  }
+
+  function render(data, readAt) {
+    ttls = new Map();
     const rows = document.createDocumentFragment();
     data.results.forEach(function (row) {
       const tr = document.createElement("tr");
       tr.dataset.name = row.name;
       tr.dataset.kind = row.kind;
-      tr.appendChild(td("name", row.name));
+      tr.appendChild(nameCell(row));
       const kind = td("kind", row.kind);
       if (row.limit !== null) {
         kind.appendChild(document.createTextNode(" "));
@@ -147,18 +211,10 @@
       }
       tr.appendChild(kind);
       tr.appendChild(holdersCell(row));
-      const heldCell = td("held", "–");
-      tr.appendChild(heldCell);
-      if (row.held_for !== null) {
-        held.set(heldCell, performance.now() - row.held_for * 1000);
-      }
+      tr.appendChild(td("held", row.held_for === null ? "–" : formatSeconds(row.held_for)));
       const ttl = td("ttl", "");
       tr.appendChild(ttl);
-      if (row.ttl !== null) {
-        fresh.set(ttl, performance.now() + row.ttl * 1000);
-      } else {
-        ttl.textContent = "–";
-      }
+      trackTtl(ttl, row.ttl, row.lease);
       tr.appendChild(td("fence", row.fencing_token === null ? "–" : String(row.fencing_token)));
       tr.appendChild(waitersCell(row));
       if (counters) {
@@ -184,18 +240,20 @@
       rows.appendChild(tr);
     }
     body.replaceChildren(rows);
-    deadlines = fresh;
-    starts = held;
-    tick();
+    anchor = readAt;
+    failed = false;
     table.dataset.count = String(data.count);
+    table.dataset.serverTime = String(data.server_time);
     table.dataset.refreshed = String(Date.now());
+    tick();
   }
 
-  function refreshHot() {
+  function refreshHot(signal) {
     const params = new URLSearchParams(new FormData(hotForm));
     return fetch(table.dataset.hotUrl + "?" + params.toString(), {
       credentials: "same-origin",
       cache: "no-store",
+      signal: signal,
     })
       .then(function (response) {
         return response.ok ? response.text() : null;
@@ -212,17 +270,27 @@
     errorBox.hidden = false;
     errorBox.textContent = message;
     live.hidden = true;
+    failed = true;
+    tick();
   }
 
   function refresh() {
+    const sent = performance.now();
     const params = new URLSearchParams({ page: table.dataset.page || "1" });
     if (table.dataset.query) {
       params.set("q", table.dataset.query);
     }
+    // a request that hangs must not stop the refreshes: it fails (and the
+    // page shows the error) after a few refresh intervals
+    const abort = new AbortController();
+    const timer = window.setTimeout(function () {
+      abort.abort(new Error(labels.labelTimeout));
+    }, Math.max(FETCH_TIMEOUT_MS, 3 * refreshMs));
     fetch(table.dataset.url + "?" + params.toString(), {
       credentials: "same-origin",
       headers: { Accept: "application/json" },
       cache: "no-store",
+      signal: abort.signal,
     })
       .then(function (response) {
         return response.json().then(function (data) {
@@ -235,24 +303,21 @@
         }
         errorBox.hidden = true;
         live.hidden = false;
-        render(result.data);
-        status.textContent = new Date().toLocaleTimeString();
+        render(result.data, (sent + performance.now()) / 2);
         refreshes += 1;
-        return refreshes % HOT_EVERY === 0 && hotBody ? refreshHot() : null;
+        return refreshes % HOT_EVERY === 0 && hotBody ? refreshHot(abort.signal) : null;
       })
       .catch(function (error) {
         showError(String(error.message || error));
       })
       .finally(function () {
+        window.clearTimeout(timer);
         window.setTimeout(refresh, refreshMs);
       });
   }
 
   body.querySelectorAll("td.ttl").forEach(function (cell) {
-    track(cell, cell.dataset.ttl);
-  });
-  body.querySelectorAll("td.held").forEach(function (cell) {
-    trackHeld(cell, cell.dataset.held);
+    trackTtl(cell, seconds(cell.dataset.ttl), seconds(cell.dataset.lease));
   });
   tick();
   window.setInterval(tick, 100);
