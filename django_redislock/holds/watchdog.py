@@ -27,6 +27,13 @@ holder is told no later than its lease end (as it measures it, never later
 than Redis's), with or without a socket timeout; with none, the renewal's
 lane (never the others) stays blocked until the OS gives up on the connection.
 
+Due renewals are kept in a heap, so a pass costs the renewals it sends,
+never a scan of every lease (with 20,000 leases, scans took more of the
+thread than the renewals). How late the renewals run is watched
+(``holds/lag.py``): the process warns before it loses leases. Leases lost
+together are logged in one line per interval (``holds/dropped.py``), each
+holder still told.
+
 After ``fork()`` the child starts with an empty watchdog: it never renews (or
 releases) what its parent holds.
 """
@@ -34,6 +41,7 @@ releases) what its parent holds.
 from __future__ import annotations
 
 import contextlib
+import heapq
 import logging
 import os
 import threading
@@ -44,8 +52,9 @@ from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
 from django_redislock.exceptions import LockBackendError, LockError
-from django_redislock.holds.dropped import DroppedHolds, Report
-from django_redislock.holds.renewals import Renewable, Result, renew_all, take_batch
+from django_redislock.holds.dropped import DroppedHolds, LostLeases, Report
+from django_redislock.holds.lag import Lag
+from django_redislock.holds.renewals import MAX_BATCH, Renewable, Result, renew_all, take_batch
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +68,31 @@ RETRY_DELAY = 0.2
 #: The scheduler's thread name, and the lanes'.
 SCHEDULER_THREAD = "django-redislock-watchdog"
 LANE_THREAD = "django-redislock-renewal"
+#: The most renewals a pass hands to the lanes, so a backlog never keeps the
+#: watchdog's lock (which every acquire takes) for long.
+PASS_LIMIT = 4096
+
+
+class _Entry:
+    """A watched holding (weakly), when its renewal is due, whether that
+    renewal is on its way, and its place in the heap (``seq``; -1: unwatched)."""
+
+    __slots__ = ("due", "key", "lane", "lease", "ref", "sent", "seq")
+
+    def __init__(self, holding: Renewable, due: float) -> None:
+        self.ref = weakref.ref(holding)
+        self.key = id(holding)
+        self.lane = holding.lane
+        self.sent = False
+        self.seq = 0
+        self.due = due
+        self.lease = 3 * holding.renew_interval  # for ``holds/lag.py``
+
 
 #: One lane's work: a holding's renewal, or the report of one that never came
-#: back, as the function that takes the holdings of such jobs, and the holding.
-_Work = Callable[[list["weakref.ref[Renewable]"]], None]
-_Job = tuple[_Work, "weakref.ref[Renewable]"]
+#: back, as the function that takes the entries of such jobs, and the entry.
+_Work = Callable[[list[_Entry]], None]
+_Job = tuple[_Work, _Entry]
 
 
 def _due(holding: Renewable, now: float) -> float:
@@ -95,12 +124,17 @@ class Watchdog:
         # __enter__ is Python code.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # id(holding) -> (weakref, next due time, whether a renewal is on its way)
-        self._watched: dict[int, tuple[weakref.ref[Renewable], float, bool]] = {}
+        self._watched: dict[int, _Entry] = {}  # by id(holding)
+        # (when, seq, entry): a renewal due, or (entry.sent) the lease end by
+        # which it must be back; an item whose seq is not its entry's is stale
+        self._heap: list[tuple[float, int, _Entry]] = []
+        self._seq = 0
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
         self._lanes: dict[Hashable, _Lane] = {}
         self._dropped = DroppedHolds()
+        self.losses = LostLeases(logging.getLogger("django_redislock.holds.holding"))
+        self.lagging = Lag(type(self), self._census)
 
     def _forked(self) -> None:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
@@ -140,9 +174,14 @@ class Watchdog:
         lost at once: a lease nothing renews must not lapse unannounced."""
         if self._dropped.pending():
             self._dropped.report()
-        due = _due(holding, time.monotonic())
+        entry = _Entry(holding, _due(holding, time.monotonic()))
+        due = entry.due
         with self._lock:
-            self._watched[id(holding)] = (weakref.ref(holding), due, False)
+            old = self._watched.get(entry.key)
+            if old is not None:
+                old.seq = -1
+            self._watched[entry.key] = entry
+            self._push(entry, due)
             if self._thread is not None:
                 if due < self._wake_at:
                     self._cond.notify()
@@ -151,9 +190,34 @@ class Watchdog:
                 self._start()
                 return
             except LockError as exc:
-                del self._watched[id(holding)]
+                del self._watched[entry.key]
+                entry.seq = -1
                 failure = exc
         holding.mark_lost(str(failure))
+
+    def _push(self, entry: _Entry, when: float) -> None:
+        """(``_lock`` held) ``entry`` is next looked at ``when``; its earlier
+        items go stale. A heap mostly of stale items (holds released long
+        before their renewal) is rebuilt."""
+        self._seq += 1
+        entry.seq = self._seq
+        heap = self._heap
+        heapq.heappush(heap, (when, self._seq, entry))
+        if len(heap) > 2 * len(self._watched) + 1024:
+            heap[:] = [item for item in heap if item[2].seq == item[1]]
+            heapq.heapify(heap)
+
+    def report_lost(self, kind: str, name: str, holder: str, held: float, reason: str) -> None:
+        """Log a lost lease (``Holding.mark_lost``), summarised with others
+        lost at about the same time (``LostLeases``)."""
+        if self.losses.report(kind, name, holder, held, reason):
+            self._forked()
+            with self._lock:
+                if self._thread is None:
+                    with contextlib.suppress(LockError):  # logged at the next report then
+                        self._start()
+                elif self.losses.due() < self._wake_at:
+                    self._cond.notify()
 
     def dropped(self, holding: object, report: Report) -> None:
         """``holding`` is being freed (``Holding.__del__``): if it was still
@@ -168,21 +232,53 @@ class Watchdog:
         due = _due(holding, time.monotonic())
         with self._lock:
             entry = self._watched.get(id(holding))
-            if entry is None or entry[0]() is not holding:
+            if entry is None or entry.ref() is not holding:
                 return
-            if not entry[2]:
-                self._watched[id(holding)] = (entry[0], due, False)
-            if due < self._wake_at or entry[2]:
+            if entry.sent:  # look again at when it is overdue
+                due = holding.lease_deadline
+            else:
+                entry.due, entry.lease = due, 3 * holding.renew_interval
+            self._push(entry, due)
+            if due < self._wake_at:
                 self._cond.notify()
 
     def unwatch(self, holding: Renewable) -> None:
         with self._lock:
-            self._watched.pop(id(holding), None)
+            entry = self._watched.pop(id(holding), None)
+            if entry is not None:
+                entry.seq = -1
 
     def watching(self) -> int:
         """How many holdings are renewed (a dropped one no more, even before the next pass)."""
         with self._lock:
-            return sum(1 for ref, _, _ in self._watched.values() if ref() is not None)
+            return sum(1 for entry in self._watched.values() if entry.ref() is not None)
+
+    def lag(self) -> float:
+        """Seconds the oldest renewal due is late now: waiting in a lane, for
+        the scheduler, or in the last batch sent (0 when none is late)."""
+        now = time.monotonic()
+        with self._lock:
+            oldest = [queue.jobs[0][1].due for queue in self._lanes.values() if queue.jobs]
+            for when, seq, entry in self._heap[:8]:  # near the top; stale items skipped
+                if entry.seq == seq and not entry.sent:
+                    oldest.append(when)
+        return max(self.lagging.last, now - min(oldest, default=now), 0.0)
+
+    def _census(self) -> tuple[int, int, float]:
+        """Holds whose renewal is overdue, holds renewed, renewals owed a
+        second; scans every hold (``Lag`` asks only when its state changes)."""
+        now = time.monotonic()
+        at_risk = holds = 0
+        owed = 0.0
+        with self._lock:
+            entries = list(self._watched.values())
+        for entry in entries:
+            holding = entry.ref()
+            if holding is not None:
+                holds += 1
+                at_risk += entry.due < now
+                owed += 1 / max(holding.renew_interval, 1e-3)
+        return at_risk, holds, owed
 
     def _run(self) -> None:
         """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
@@ -199,12 +295,14 @@ class Watchdog:
                 time.sleep(RETRY_DELAY)  # never a busy loop, should it fail again
 
     def _pass(self, idle_since: list[float]) -> bool:
-        """Report dropped holds, then send what is due or wait for it; ``False``
-        once idle (the thread unregistered). Its frame ends before the next
-        pass: the thread keeps no job, no holding, alive between passes (a
-        dropped hold would be renewed for ever instead of running out)."""
+        """Report dropped holds and losses, then send what is due or wait for
+        it; ``False`` once idle (the thread unregistered). Its frame ends
+        before the next pass: the thread keeps no job, no holding, alive
+        between passes (a dropped hold would be renewed for ever instead of
+        running out)."""
         if self._dropped.pending():  # outside the lock; rare: a misuse
             self._dropped.report()
+        self.losses.flush()
         with self._cond:
             now = time.monotonic()
             if not self._watched:
@@ -212,12 +310,20 @@ class Watchdog:
                 if now - idle_since[0] >= IDLE_EXIT:
                     self._thread = None
                     self._wake_at = float("inf")
-                    return False
-                self._wake_at = idle_since[0] + IDLE_EXIT
-                self._cond.wait(self._wake_at - now)
-                return True
-            idle_since.clear()
-            due = self._due_or_wait(now)
+                    exiting = True
+                else:
+                    exiting = False
+                    self._wake_at = min(idle_since[0] + IDLE_EXIT, self.losses.due())
+                    self._cond.wait(max(self._wake_at - now, 0.0))
+                if not exiting:
+                    return True
+            else:
+                idle_since.clear()
+                due = self._due_or_wait(now)
+                exiting = False
+        if exiting:
+            self.losses.flush(force=True)  # nobody else would log it
+            return False
         for lane, jobs in due.items():
             self._dispatch(lane, jobs)
         return True
@@ -225,15 +331,16 @@ class Watchdog:
     def _due_or_wait(self, now: float) -> dict[Hashable, list[_Job]]:
         """The jobs due (renewals, and reports of renewals overdue), per lane;
         if none is, wait (under ``_cond``) until the earliest is."""
-        due_now, earliest = self._scan(now)
+        due_now, earliest = self._take_due(now)
         if not due_now:
-            self._wake_at = earliest
-            if earliest != float("inf"):
-                self._cond.wait(earliest - now)
+            self._wake_at = min(earliest, self.losses.due())
+            if self._wake_at != float("inf"):
+                self._cond.wait(max(self._wake_at - now, 0.0))
         return due_now
 
-    def _scan(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
-        """Each lease due now, as a job for its lane, and when the next is due.
+    def _take_due(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
+        """From the top of the heap: each lease due now, as a job for its
+        lane (``PASS_LIMIT`` at most), and when the next is due.
 
         Forgets the holdings that were dropped. A renewal still on its way
         when the lease ends (as the holder measures it) is overdue: its report
@@ -242,24 +349,37 @@ class Watchdog:
         while another's renewal waits on Redis is not renewed again.
         """
         due_now: dict[Hashable, list[_Job]] = {}
-        earliest = float("inf")
-        for key, (ref, due, sent) in list(self._watched.items()):
-            holding = ref()
+        heap, taken = self._heap, 0
+        while heap and taken < PASS_LIMIT:
+            when, seq, entry = heap[0]
+            holding = entry.ref() if entry.seq == seq else None
             if holding is None:
-                del self._watched[key]
+                heapq.heappop(heap)
+                if entry.seq == seq:  # dropped
+                    del self._watched[entry.key]
                 continue
-            if sent:
-                due = holding.lease_deadline
-            early = 0.0 if sent else min(holding.renew_interval * EARLY, RETRY_DELAY / 4)
-            if due > now + early:
-                earliest = min(earliest, due)
-            elif sent:
-                del self._watched[key]
-                due_now.setdefault(("overdue", holding.lane), []).append((self._overdue, ref))
+            if entry.sent:  # ``when`` is its lease end: is its renewal back?
+                if when > now:
+                    return due_now, when
+                if holding.lease_deadline > now:  # moved on (an extend)
+                    self._seq += 1
+                    entry.seq = self._seq
+                    heapq.heapreplace(heap, (holding.lease_deadline, self._seq, entry))
+                    continue
+                heapq.heappop(heap)
+                del self._watched[entry.key]
+                entry.seq = -1
+                due_now.setdefault(("overdue", entry.lane), []).append((self._overdue, entry))
             else:
-                self._watched[key] = (ref, due, True)
-                due_now.setdefault(holding.lane, []).append((self._renew, ref))
-        return due_now, earliest
+                if when > now + min(holding.renew_interval * EARLY, RETRY_DELAY / 4):
+                    return due_now, when
+                entry.sent = True
+                self._seq += 1
+                entry.seq = self._seq
+                heapq.heapreplace(heap, (holding.lease_deadline, self._seq, entry))
+                due_now.setdefault(entry.lane, []).append((self._renew, entry))
+            taken += 1
+        return due_now, (heap[0][0] if heap else float("inf"))
 
     def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
         """Run ``jobs`` in ``lane``'s thread, after that lane's earlier jobs and
@@ -284,9 +404,9 @@ class Watchdog:
                 return
         left = deque(jobs)
         while left:
-            work, refs = take_batch(left)
+            work, entries = take_batch(left, _batch_limit())
             try:
-                work(refs)
+                work(entries)
             except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
                 logger.warning("A lease renewal stopped: %r", exc)
 
@@ -300,15 +420,15 @@ class Watchdog:
                         queue.ready.wait(IDLE_EXIT)
                         if not queue.jobs:
                             return
-                    work, refs = take_batch(queue.jobs)
+                    work, entries = take_batch(queue.jobs, _batch_limit())
                 try:
-                    work(refs)
+                    work(entries)
                 except Exception:  # a lane must survive anything, as the scheduler does
                     logger.exception("Lease renewal crashed")
                 except BaseException as exc:  # SystemExit from a lock_lost receiver
                     logger.warning("A lease renewal thread stopped: %r", exc)
                     return  # what it does to a thread; the jobs left go to a new one
-                refs = []  # this frame idles next: it keeps no job's references
+                entries = []  # this frame idles next: it keeps no job's references
         finally:
             self._leave(lane, queue)
 
@@ -324,16 +444,34 @@ class Watchdog:
         if left:
             self._dispatch(lane, left)
 
-    def _overdue(self, refs: list[weakref.ref[Renewable]]) -> None:
-        holdings = [holding for holding in (ref() for ref in refs) if holding is not None]
+    def _overdue(self, entries: list[_Entry]) -> None:
+        holdings = [holding for holding in (entry.ref() for entry in entries) if holding]
         _each(holdings, lambda h: h.mark_lost("no answer to the renewal before the lease ended"))
 
-    def _renew(self, refs: list[weakref.ref[Renewable]]) -> None:
-        """Renew these holdings, together where they can be (``renewal_batches``)."""
-        _each(renew_all(refs), self._settle)
+    def _renew(self, entries: list[_Entry]) -> None:
+        """Renew these holdings, together where they can be (``renewals``);
+        tell ``Lag`` how late they go; then schedule each one's next renewal
+        (under one lock), or retry it, or report its loss."""
+        now = time.monotonic()
+        late = now - min(entry.due for entry in entries)
+        share = max((now - entry.due) / (entry.lease or 1.0) for entry in entries)
+        with contextlib.suppress(Exception):  # a logging handler's error: renew anyway
+            self.lagging.observe(late, share, len(entries), now)
+        refs = [entry.ref for entry in entries]
+        del entries
+        renewed: list[tuple[Renewable, float]] = []
+        failed: list[Result] = []
+        for result in renew_all(refs):
+            holding, started, outcome = result
+            if outcome is True:
+                renewed.append((holding, _due(holding, started)))
+            else:
+                failed.append(result)
+        self._reschedule_all(renewed)
+        _each(failed, self._settle)
 
     def _settle(self, result: Result) -> None:
-        """After a renewal: schedule the next, or retry, or report the loss."""
+        """After a renewal that did not renew: retry, or report the loss."""
         holding, started, outcome = result
         if isinstance(outcome, Exception):
             self._failed(holding, started, outcome)
@@ -367,16 +505,38 @@ class Watchdog:
 
     def _reschedule(self, holding: Renewable, due: float) -> None:
         """After a renewal (from its lane): the next one is due at ``due``."""
+        self._reschedule_all([(holding, due)])
+
+    def _reschedule_all(self, renewed: list[tuple[Renewable, float]]) -> None:
+        """After renewals (from their lane): each one's next is due when given."""
+        if not renewed:
+            return
+        earliest = float("inf")
         with self._cond:
-            entry = self._watched.get(id(holding))
-            if entry is not None and entry[0]() is holding:
-                self._watched[id(holding)] = (entry[0], due, False)
-                if due < self._wake_at:
-                    self._cond.notify()
+            watched = self._watched
+            for holding, due in renewed:
+                entry = watched.get(id(holding))
+                if entry is not None and entry.ref() is holding:
+                    entry.sent = False
+                    entry.due, entry.lease = due, 3 * holding.renew_interval
+                    self._push(entry, due)
+                    earliest = min(earliest, due)
+            if earliest < self._wake_at:
+                self._cond.notify()
 
     def _lose(self, holding: Renewable, reason: str) -> None:
         self.unwatch(holding)
         holding.mark_lost(reason)
+
+
+def _batch_limit() -> int:
+    """The ``RENEWAL_BATCH`` setting; the default when settings cannot be read."""
+    try:
+        from django_redislock.conf import get_settings
+
+        return get_settings().renewal_batch
+    except Exception:  # ImproperlyConfigured: the acquires report it
+        return MAX_BATCH
 
 
 def _each(items: Iterable[Any], func: Callable[[Any], object]) -> None:
