@@ -102,14 +102,16 @@ class Timeline:
         self.start = time.monotonic()
         self.lost: set[str] = set()
         self.first_loss: float | None = None
+        self.first_reason = ""
         self.warned: float | None = None
         self.loss_lines = 0
 
-    def on_lost(self, name: str, **kwargs: Any) -> None:
+    def on_lost(self, name: str, reason: str = "", **kwargs: Any) -> None:
         if name.startswith(self.prefix):
             self.lost.add(name)
             if self.first_loss is None:
                 self.first_loss = time.monotonic() - self.start
+                self.first_reason = reason
 
     def on_lag(self, lagging: bool, **kwargs: Any) -> None:
         if lagging and self.warned is None:
@@ -150,10 +152,12 @@ def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any
     lock_signals.lock_lost.connect(timeline.on_lost)
     lock_signals.renewal_lag.connect(timeline.on_lag)
     try:
-        locks = [Lock(f"{prefix}:{i}", timeout=lease) for i in range(count)]
+        locks: list[Any] = []
         timeline.start = began = time.monotonic()
-        for lock in locks:
+        for i in range(count):  # each made as it is needed, as an application does
+            lock = Lock(f"{prefix}:{i}", timeout=lease)
             lock.acquire()
+            locks.append(lock)
         acquiring = time.monotonic() - began
         with count_calls() as sent:
             calls, usec = evalsha_stats(client)
@@ -192,6 +196,7 @@ def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any
         "watchdog_vs_floor": round(per_renewal_us / floor, 2) if floor else 0.0,
         "lag_warning_s": None if timeline.warned is None else round(timeline.warned, 2),
         "first_loss_s": None if timeline.first_loss is None else round(timeline.first_loss, 2),
+        "first_loss_reason": timeline.first_reason,
         "loss_log_lines": timeline.loss_lines,
         "watching_after": watchdog.watching(),
     }
@@ -210,6 +215,7 @@ def verdicts(row: dict[str, Any], lease: float) -> list[str]:
         warned = row["lag_warning_s"]
         first = warned is not None and warned < row["first_loss_s"]
         out.append(f"lag warning before the first loss: {'yes' if first else 'NO'}")
+        out.append(f"first loss: {row['first_loss_reason']}")
     return out
 
 

@@ -41,12 +41,10 @@ releases) what its parent holds.
 from __future__ import annotations
 
 import contextlib
-import heapq
 import logging
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
@@ -55,16 +53,16 @@ from django_redislock.exceptions import LockBackendError, LockError
 from django_redislock.holds.dropped import DroppedHolds, LostLeases, Report
 from django_redislock.holds.lag import Lag
 from django_redislock.holds.renewals import MAX_BATCH, Renewable, Result, renew_all, take_batch
+from django_redislock.holds.schedule import RENEW, Entry, Schedule
 
 logger = logging.getLogger(__name__)
 
 #: Seconds the thread lingers with nothing to renew before it exits.
 IDLE_EXIT = 5.0
-#: A renewal due within this share of its interval (a quarter of RETRY_DELAY
-#: at most) goes with the pass that finds it: a pass per renewal scans every lease.
-EARLY = 0.1
 #: Retry delay after a renewal that could not reach Redis.
 RETRY_DELAY = 0.2
+#: Seconds between two log lines of renewals that failed and are retried.
+RETRY_LOG_EVERY = 1.0
 #: The scheduler's thread name, and the lanes'.
 SCHEDULER_THREAD = "django-redislock-watchdog"
 LANE_THREAD = "django-redislock-renewal"
@@ -73,26 +71,10 @@ LANE_THREAD = "django-redislock-renewal"
 PASS_LIMIT = 4096
 
 
-class _Entry:
-    """A watched holding (weakly), when its renewal is due, whether that
-    renewal is on its way, and its place in the heap (``seq``; -1: unwatched)."""
-
-    __slots__ = ("due", "key", "lane", "lease", "ref", "sent", "seq")
-
-    def __init__(self, holding: Renewable, due: float) -> None:
-        self.ref = weakref.ref(holding)
-        self.key = id(holding)
-        self.lane = holding.lane
-        self.sent = False
-        self.seq = 0
-        self.due = due
-        self.lease = 3 * holding.renew_interval  # for ``holds/lag.py``
-
-
 #: One lane's work: a holding's renewal, or the report of one that never came
 #: back, as the function that takes the entries of such jobs, and the entry.
-_Work = Callable[[list[_Entry]], None]
-_Job = tuple[_Work, _Entry]
+_Work = Callable[[list[Entry]], None]
+_Job = tuple[_Work, Entry]
 
 
 def _due(holding: Renewable, now: float) -> float:
@@ -124,17 +106,15 @@ class Watchdog:
         # __enter__ is Python code.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        self._watched: dict[int, _Entry] = {}  # by id(holding)
-        # (when, seq, entry): a renewal due, or (entry.sent) the lease end by
-        # which it must be back; an item whose seq is not its entry's is stale
-        self._heap: list[tuple[float, int, _Entry]] = []
-        self._seq = 0
+        self._schedule = Schedule()
+        self._watched = self._schedule.watched  # by id(holding)
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
         self._lanes: dict[Hashable, _Lane] = {}
         self._dropped = DroppedHolds()
         self.losses = LostLeases(logging.getLogger("django_redislock.holds.holding"))
         self.lagging = Lag(type(self), self._census)
+        self._retry_logged: list[Any] = [-RETRY_LOG_EVERY, 0]  # when, failures not logged since
 
     def _forked(self) -> None:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
@@ -174,14 +154,10 @@ class Watchdog:
         lost at once: a lease nothing renews must not lapse unannounced."""
         if self._dropped.pending():
             self._dropped.report()
-        entry = _Entry(holding, _due(holding, time.monotonic()))
+        entry = Entry(holding, _due(holding, time.monotonic()))
         due = entry.due
         with self._lock:
-            old = self._watched.get(entry.key)
-            if old is not None:
-                old.seq = -1
-            self._watched[entry.key] = entry
-            self._push(entry, due)
+            self._schedule.add(entry)
             if self._thread is not None:
                 if due < self._wake_at:
                     self._cond.notify()
@@ -190,22 +166,9 @@ class Watchdog:
                 self._start()
                 return
             except LockError as exc:
-                del self._watched[entry.key]
-                entry.seq = -1
+                self._schedule.remove(entry.key)
                 failure = exc
         holding.mark_lost(str(failure))
-
-    def _push(self, entry: _Entry, when: float) -> None:
-        """(``_lock`` held) ``entry`` is next looked at ``when``; its earlier
-        items go stale. A heap mostly of stale items (holds released long
-        before their renewal) is rebuilt."""
-        self._seq += 1
-        entry.seq = self._seq
-        heap = self._heap
-        heapq.heappush(heap, (when, self._seq, entry))
-        if len(heap) > 2 * len(self._watched) + 1024:
-            heap[:] = [item for item in heap if item[2].seq == item[1]]
-            heapq.heapify(heap)
 
     def report_lost(self, kind: str, name: str, holder: str, held: float, reason: str) -> None:
         """Log a lost lease (``Holding.mark_lost``), summarised with others
@@ -237,16 +200,14 @@ class Watchdog:
             if entry.sent:  # look again at when it is overdue
                 due = holding.lease_deadline
             else:
-                entry.due, entry.lease = due, 3 * holding.renew_interval
-            self._push(entry, due)
+                entry.due = due
+            self._schedule.push(entry, due)
             if due < self._wake_at:
                 self._cond.notify()
 
     def unwatch(self, holding: Renewable) -> None:
         with self._lock:
-            entry = self._watched.pop(id(holding), None)
-            if entry is not None:
-                entry.seq = -1
+            self._schedule.remove(id(holding))
 
     def watching(self) -> int:
         """How many holdings are renewed (a dropped one no more, even before the next pass)."""
@@ -259,26 +220,17 @@ class Watchdog:
         now = time.monotonic()
         with self._lock:
             oldest = [queue.jobs[0][1].due for queue in self._lanes.values() if queue.jobs]
-            for when, seq, entry in self._heap[:8]:  # near the top; stale items skipped
-                if entry.seq == seq and not entry.sent:
-                    oldest.append(when)
+            due = self._schedule.oldest_due()
+        if due is not None:
+            oldest.append(due)
         return max(self.lagging.last, now - min(oldest, default=now), 0.0)
 
     def _census(self) -> tuple[int, int, float]:
         """Holds whose renewal is overdue, holds renewed, renewals owed a
         second; scans every hold (``Lag`` asks only when its state changes)."""
         now = time.monotonic()
-        at_risk = holds = 0
-        owed = 0.0
         with self._lock:
-            entries = list(self._watched.values())
-        for entry in entries:
-            holding = entry.ref()
-            if holding is not None:
-                holds += 1
-                at_risk += entry.due < now
-                owed += 1 / max(holding.renew_interval, 1e-3)
-        return at_risk, holds, owed
+            return self._schedule.census(now)
 
     def _run(self) -> None:
         """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
@@ -339,47 +291,20 @@ class Watchdog:
         return due_now
 
     def _take_due(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
-        """From the top of the heap: each lease due now, as a job for its
-        lane (``PASS_LIMIT`` at most), and when the next is due.
-
-        Forgets the holdings that were dropped. A renewal still on its way
-        when the lease ends (as the holder measures it) is overdue: its report
-        goes to a lane of its own, since the renewal's lane may be stuck on
-        the same server. Jobs hold holdings weakly (see ``_run``): one dropped
-        while another's renewal waits on Redis is not renewed again.
-        """
+        """Each lease due now, as a job for its lane (``PASS_LIMIT`` at most),
+        and when the next is due. A renewal still on its way when the lease
+        ends (as the holder measures it) is overdue: its report goes to a lane
+        of its own, since the renewal's lane may be stuck on the same server.
+        Jobs hold holdings weakly (see ``_run``): one dropped while another's
+        renewal waits on Redis is not renewed again."""
+        found, earliest = self._schedule.take(now, PASS_LIMIT, RETRY_DELAY)
         due_now: dict[Hashable, list[_Job]] = {}
-        heap, taken = self._heap, 0
-        while heap and taken < PASS_LIMIT:
-            when, seq, entry = heap[0]
-            holding = entry.ref() if entry.seq == seq else None
-            if holding is None:
-                heapq.heappop(heap)
-                if entry.seq == seq:  # dropped
-                    del self._watched[entry.key]
-                continue
-            if entry.sent:  # ``when`` is its lease end: is its renewal back?
-                if when > now:
-                    return due_now, when
-                if holding.lease_deadline > now:  # moved on (an extend)
-                    self._seq += 1
-                    entry.seq = self._seq
-                    heapq.heapreplace(heap, (holding.lease_deadline, self._seq, entry))
-                    continue
-                heapq.heappop(heap)
-                del self._watched[entry.key]
-                entry.seq = -1
-                due_now.setdefault(("overdue", entry.lane), []).append((self._overdue, entry))
+        for kind, entry, lane in found:
+            if kind == RENEW:
+                due_now.setdefault(lane, []).append((self._renew, entry))
             else:
-                if when > now + min(holding.renew_interval * EARLY, RETRY_DELAY / 4):
-                    return due_now, when
-                entry.sent = True
-                self._seq += 1
-                entry.seq = self._seq
-                heapq.heapreplace(heap, (holding.lease_deadline, self._seq, entry))
-                due_now.setdefault(entry.lane, []).append((self._renew, entry))
-            taken += 1
-        return due_now, (heap[0][0] if heap else float("inf"))
+                due_now.setdefault(("overdue", lane), []).append((self._overdue, entry))
+        return due_now, earliest
 
     def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
         """Run ``jobs`` in ``lane``'s thread, after that lane's earlier jobs and
@@ -444,11 +369,17 @@ class Watchdog:
         if left:
             self._dispatch(lane, left)
 
-    def _overdue(self, entries: list[_Entry]) -> None:
+    def _overdue(self, entries: list[Entry]) -> None:
+        """Report renewals still unanswered at their lease end; the lag
+        first, so a process told it is behind hears it before its losses."""
+        now = time.monotonic()
+        with contextlib.suppress(Exception):
+            share = max((now - entry.due) / (entry.lease or 1.0) for entry in entries)
+            self.lagging.observe(now - min(entry.due for entry in entries), share, 0, now)
         holdings = [holding for holding in (entry.ref() for entry in entries) if holding]
         _each(holdings, lambda h: h.mark_lost("no answer to the renewal before the lease ended"))
 
-    def _renew(self, entries: list[_Entry]) -> None:
+    def _renew(self, entries: list[Entry]) -> None:
         """Renew these holdings, together where they can be (``renewals``);
         tell ``Lag`` how late they go; then schedule each one's next renewal
         (under one lock), or retry it, or report its loss."""
@@ -497,10 +428,14 @@ class Watchdog:
         if now + 1.5 * RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
             self._lose(holding, reason)
             return
-        if isinstance(exc, LockBackendError):
-            logger.warning("Lease renewal failed, retrying: %s", exc)
-        else:
+        if not isinstance(exc, LockBackendError):
             logger.error("Lease renewal crashed; retrying", exc_info=exc)
+        elif now - self._retry_logged[0] < RETRY_LOG_EVERY:
+            self._retry_logged[1] += 1  # a line a second: a server down fails them all
+        else:
+            more, self._retry_logged[:] = self._retry_logged[1], [now, 0]
+            since = f" ({more:,} more failed since the last such line)" if more else ""
+            logger.warning("Lease renewal failed, retrying: %s%s", exc, since)
         self._reschedule(holding, time.monotonic() + RETRY_DELAY)
 
     def _reschedule(self, holding: Renewable, due: float) -> None:
@@ -513,13 +448,8 @@ class Watchdog:
             return
         earliest = float("inf")
         with self._cond:
-            watched = self._watched
             for holding, due in renewed:
-                entry = watched.get(id(holding))
-                if entry is not None and entry.ref() is holding:
-                    entry.sent = False
-                    entry.due, entry.lease = due, 3 * holding.renew_interval
-                    self._push(entry, due)
+                if self._schedule.renewed(holding, due):
                     earliest = min(earliest, due)
             if earliest < self._wake_at:
                 self._cond.notify()

@@ -177,3 +177,25 @@ def test_renewals_falling_behind_warn_once_before_the_first_loss(redis_url: str)
     assert first["share"] > 0.2 and first["lag"] > 0.6
     assert first["sender"] is type(watchdog)
     assert at < lost[0][0]
+
+
+def test_renewals_failing_together_are_logged_a_line_a_second(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server down fails every renewal held on it, each retried: one line
+    (a second at most) says so, not one per lease."""
+    from django_redislock import LockBackendError
+
+    class Holding:
+        lease_deadline = time.monotonic() + 60
+
+    monkeypatch.setattr(watchdog, "_retry_logged", [-60.0, 0])
+    started = time.monotonic()
+    for i in range(50):
+        error = LockBackendError(f"Redis is unreachable for lock 'down:{i}'", name=f"down:{i}")
+        watchdog._failed(Holding(), started, error)  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert lines == ["Lease renewal failed, retrying: Redis is unreachable for lock 'down:0'"]
+    monkeypatch.setattr(watchdog, "_retry_logged", [time.monotonic() - 2, 49])
+    watchdog._failed(Holding(), started, error)
+    assert "(49 more failed since the last such line)" in caplog.records[-1].getMessage()
