@@ -20,10 +20,14 @@ seconds, then releases them. Reported per run:
   the first acquire: a process pushed past its capacity must warn first;
 - how many WARNING lines the losses took in the log.
 
-The peer measured in the same run is the floor of renewing a lease: the
+Two peers are measured in the same run: the floor of renewing a lease (the
 same N keys given a new TTL by bare ``PEXPIRE``s pipelined 256 at a time
-from one thread, no owner check (``floor_us``: Python per key; the
-``*_vs_floor`` ratios compare the watchdog's cost with it).
+from one thread, no owner check: ``floor_us``, Python per key;
+``watchdog_vs_floor`` compares the watchdog's CPU per renewal with it), and
+the way the watchdog renewed before, one ``EVALSHA`` of the extend script
+per held lease pipelined 256 at a time (``one_call_each_us`` and
+``one_call_each_redis_us``: Python and Redis per renewal, without the old
+scheduler's own cost).
 
 Starts a private ``redis-server`` on a free loopback port (never 6379).
 
@@ -139,6 +143,31 @@ def floor_us(client: Any, keys: list[str], lease_ms: int) -> float:
     return (time.thread_time() - began) / len(keys) * 1e6
 
 
+def one_call_each(
+    client: Any, locks: list[Any], lease: float, batch_redis_us: float
+) -> tuple[float, float]:
+    """How the watchdog renewed before: one ``EVALSHA`` of the extend script
+    per lease, pipelined 256 at a time. Python and Redis microseconds per
+    renewal of ``locks`` (held); the Redis time of the watchdog's own calls
+    meanwhile (``batch_redis_us`` a renewal) is taken out."""
+    from django_redislock.backend.scripts import LOCK_EXTEND
+
+    LOCK_EXTEND.ensure_loaded(client)
+    holdings = [holding for holding in (lock._holding() for lock in locks) if holding is not None]
+    usec = evalsha_stats(client)[1]
+    with count_calls() as watchdog_sent:
+        began = time.thread_time()
+        for start in range(0, len(holdings), 256):
+            with client.pipeline(transaction=False) as pipe:
+                for holding in holdings[start : start + 256]:
+                    LOCK_EXTEND.queue(pipe, *holding.renew_call(lease))
+                pipe.execute()
+        python = (time.thread_time() - began) / len(holdings) * 1e6
+        redis_usec = evalsha_stats(client)[1] - usec
+    redis_usec -= watchdog_sent["renewals"] * batch_redis_us
+    return python, max(redis_usec, 0.0) / len(holdings)
+
+
 def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any]:
     """Hold ``count`` leases of ``lease`` seconds for ``hold`` seconds; what lapsed."""
     from django_redislock import Lock, LockLostError
@@ -165,6 +194,8 @@ def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any
             time.sleep(hold)
             cpu, process = watchdog_cpu() - cpu, time.process_time() - process
             calls, usec = (a - b for a, b in zip(evalsha_stats(client), (calls, usec), strict=True))
+        batch_redis_us = usec / sent["renewals"] if sent["renewals"] else 0.0
+        each_us, each_redis_us = one_call_each(client, locks, lease, batch_redis_us)
         for lock in locks:
             try:
                 lock.release()
@@ -194,6 +225,8 @@ def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any
         "redis_us_per_renewal": round(usec / renewals, 2) if renewals else 0.0,
         "floor_us": round(floor, 2),
         "watchdog_vs_floor": round(per_renewal_us / floor, 2) if floor else 0.0,
+        "one_call_each_us": round(each_us, 2),
+        "one_call_each_redis_us": round(each_redis_us, 2),
         "lag_warning_s": None if timeline.warned is None else round(timeline.warned, 2),
         "first_loss_s": None if timeline.first_loss is None else round(timeline.first_loss, 2),
         "first_loss_reason": timeline.first_reason,
@@ -237,6 +270,11 @@ def render(rows: list[dict[str, Any]], server: str, lease: float, hold: float) -
             f"{row['lag_warning_s'] if row['lag_warning_s'] is not None else '-':>6} "
             f"{row['first_loss_s'] if row['first_loss_s'] is not None else '-':>7} "
             f"{row['loss_log_lines']:>4}"
+        )
+        lines.append(
+            f"  one EVALSHA per lease, pipelined (the way before), on the same leases: "
+            f"{row['one_call_each_us']} us of Python and "
+            f"{row['one_call_each_redis_us']} us of Redis per renewal"
         )
         lines.extend(f"  {verdict}" for verdict in verdicts(row, lease))
     return "\n".join(lines) + "\n"
