@@ -82,14 +82,20 @@ def count_calls() -> Iterator[collections.Counter[str]]:
         redis.Redis.execute_command = execute_command  # type: ignore[method-assign]
 
 
-def watchdog_cpu() -> float:
-    """CPU seconds the watchdog's live threads have used so far."""
-    total = 0.0
+def watchdog_cpu() -> dict[int, float]:
+    """CPU seconds each of the watchdog's live threads has used so far."""
+    used = {}
     for thread in threading.enumerate():
         if thread.name in WATCHDOG_THREADS and thread.ident is not None:
             with contextlib.suppress(OSError, AttributeError):  # gone meanwhile; not Linux
-                total += time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
-    return total
+                used[thread.ident] = time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+    return used
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds the watchdog's threads used since ``before``: those alive
+    now (a lane that went idle and exited meanwhile is left out)."""
+    return sum(cpu - before.get(ident, 0.0) for ident, cpu in watchdog_cpu().items())
 
 
 def evalsha_stats(client: Any) -> tuple[int, float]:
@@ -190,9 +196,9 @@ def measure(client: Any, count: int, lease: float, hold: float) -> dict[str, Any
         acquiring = time.monotonic() - began
         with count_calls() as sent:
             calls, usec = evalsha_stats(client)
-            cpu, process = watchdog_cpu(), time.process_time()
+            threads, process = watchdog_cpu(), time.process_time()
             time.sleep(hold)
-            cpu, process = watchdog_cpu() - cpu, time.process_time() - process
+            cpu, process = cpu_since(threads), time.process_time() - process
             calls, usec = (a - b for a, b in zip(evalsha_stats(client), (calls, usec), strict=True))
         batch_redis_us = usec / sent["renewals"] if sent["renewals"] else 0.0
         each_us, each_redis_us = one_call_each(client, locks, lease, batch_redis_us)
