@@ -233,7 +233,7 @@ def _end_leaked_holdings() -> Iterator[None]:
     with watchdog._cond:
         leaked = [entry.ref() for entry in watchdog._watched.values()]
         for key in [key for key, entry in watchdog._watched.items() if entry.ref() is None]:
-            del watchdog._watched[key]
+            watchdog._schedule.remove(key)
     for holding in leaked:
         if holding is not None:
             holding.end()

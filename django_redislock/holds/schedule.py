@@ -107,7 +107,7 @@ class Schedule:
             if holding is None:
                 heapq.heappop(heap)
                 if entry.seq == seq:  # dropped
-                    del self.watched[entry.key]
+                    self._forget(entry)
                 continue
             if entry.sent:  # ``when`` is its lease end: is its renewal back?
                 if when > now:
@@ -116,8 +116,7 @@ class Schedule:
                     self._replace(entry, holding.lease_deadline)
                     continue
                 heapq.heappop(heap)
-                del self.watched[entry.key]
-                entry.seq = -1
+                self._forget(entry)
                 found.append((OVERDUE, entry, entry.lane))
             else:
                 if when > now + min(holding.renew_interval * EARLY, retry_delay / 4):
@@ -126,6 +125,12 @@ class Schedule:
                 self._replace(entry, holding.lease_deadline)
                 found.append((RENEW, entry, entry.lane))
         return found, (heap[0][0] if heap else float("inf"))
+
+    def _forget(self, entry: Entry) -> None:
+        """No longer watched (unless its key was given to another meanwhile)."""
+        entry.seq = -1
+        if self.watched.get(entry.key) is entry:
+            del self.watched[entry.key]
 
     def _replace(self, entry: Entry, when: float) -> None:
         """The top item is ``entry``'s: look at it again ``when``."""
