@@ -27,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "AUTO_RENEW": True,
     "REDLOCK": [],
     "STATS": True,
+    "RENEWAL_BATCH": 256,
 }
 
 
@@ -42,6 +43,8 @@ class LockSettings:
     #: How long a name's usage counters live after their TTL was last refreshed,
     #: in ms; 0 when counting is off.
     stats_ttl_ms: int = 3_600_000
+    #: The most lease renewals the watchdog sends in one Redis call.
+    renewal_batch: int = 256
 
 
 #: ``STATS = True`` keeps a name's counters for an hour after its last activity.
@@ -146,6 +149,17 @@ def _check_stats(value: Any) -> Problem | None:
     )
 
 
+def _check_renewal_batch(value: Any) -> Problem | None:
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 10_000:
+        return None
+    return Problem(
+        "E026",
+        f"REDISLOCK['RENEWAL_BATCH'] must be a whole number from 1 to 10000 (lease "
+        f"renewals per Redis call), not {value!r}.",
+        "The default, 256, keeps one call around a millisecond of the server's time.",
+    )
+
+
 #: One check per key, in the order of ``DEFAULTS``; each says what is wrong with
 #: its value, so ``manage.py check`` and the first use report the same problems.
 _CHECKS: dict[str, Callable[[Any], Problem | None]] = {
@@ -156,6 +170,7 @@ _CHECKS: dict[str, Callable[[Any], Problem | None]] = {
     "AUTO_RENEW": _check_auto_renew,
     "REDLOCK": _check_redlock,
     "STATS": _check_stats,
+    "RENEWAL_BATCH": _check_renewal_batch,
 }
 
 
@@ -235,6 +250,7 @@ class _SettingsCache:
             redlock=tuple(merged["REDLOCK"]),
             stats=merged["STATS"] is not False,
             stats_ttl_ms=_stats_ttl_ms(merged["STATS"]),
+            renewal_batch=merged["RENEWAL_BATCH"],
         )
         if generation == self.generation:  # not changed again while building
             self._value = value

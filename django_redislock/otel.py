@@ -15,7 +15,12 @@ What is recorded, for each primitive (``Lock``, ``Semaphore``, ...):
   or task that waited or held (so under the request's span);
 - histograms ``redislock.wait.duration`` and ``redislock.hold.duration``
   (seconds);
-- counters ``redislock.timeouts`` and ``redislock.lost_leases``.
+- counters ``redislock.timeouts`` and ``redislock.lost_leases``;
+- for the process's watchdog: gauges ``redislock.renewal.lag`` (seconds the
+  oldest renewal due is late; leases are lost once it passes two thirds of
+  their length) and ``redislock.renewal.holds`` (leases it renews), and the
+  counter ``redislock.renewal.lagging`` (times it fell behind by more than a
+  fifth of a lease: ``signals.renewal_lag``).
 
 Span attributes: ``redislock.name``, ``redislock.kind``, ``redislock.outcome``
 (``acquired``, ``timeout``, ``released``, ``lost``) and
@@ -32,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import CallbackOptions, Observation
 
 from django_redislock import signals
 
@@ -63,6 +69,33 @@ class Recorder:
         self.lost_leases = meter.create_counter(
             "redislock.lost_leases", description="Holds whose lease was lost (LockLostError)."
         )
+        self.lagging = meter.create_counter(
+            "redislock.renewal.lagging",
+            description="Times the watchdog's renewals fell behind by a fifth of a lease.",
+        )
+        meter.create_observable_gauge(
+            "redislock.renewal.lag",
+            callbacks=[self._lag],
+            unit="s",
+            description="How late the watchdog's oldest due renewal is (lost at 2/3 of a lease).",
+        )
+        meter.create_observable_gauge(
+            "redislock.renewal.holds",
+            callbacks=[self._holds],
+            description="Leases the process's watchdog renews.",
+        )
+
+    @staticmethod
+    def _lag(options: CallbackOptions) -> list[Observation]:
+        from django_redislock.holds.watchdog import watchdog
+
+        return [Observation(watchdog.lag())]
+
+    @staticmethod
+    def _holds(options: CallbackOptions) -> list[Observation]:
+        from django_redislock.holds.watchdog import watchdog
+
+        return [Observation(watchdog.watching())]
 
     def _metric_attributes(self, name: str, kind: str, outcome: str) -> dict[str, str]:
         attributes = {"redislock.kind": kind, "redislock.outcome": outcome}
@@ -111,8 +144,13 @@ class Recorder:
         self._hold(name, kind, held, "lost")
         self.lost_leases.add(1, self._metric_attributes(name, kind, "lost"))
 
+    def renewal_lag(self, *, lagging: bool, **_: Any) -> None:
+        if lagging:
+            self.lagging.add(1)
+
     def connections(self) -> list[tuple[Any, Callable[..., None]]]:
         return [
+            (signals.renewal_lag, self.renewal_lag),
             (signals.lock_acquired, self.acquired),
             (signals.lock_contended, self.contended),
             (signals.lock_released, self.released),
@@ -146,5 +184,6 @@ def uninstall() -> None:
         signals.lock_contended,
         signals.lock_released,
         signals.lock_lost,
+        signals.renewal_lag,
     ):
         signal.disconnect(dispatch_uid=_UID)

@@ -13,6 +13,14 @@ and timings in seconds:
   gone. Receivers must be quick and thread-safe.
 - ``lock_contended``: ``waited`` — a waiter gave up.
 
+And one about the process, sent with ``sender`` = the watchdog's class:
+
+- ``renewal_lag``: ``lagging`` (bool), ``lag`` (seconds the oldest renewal
+  was late), ``share`` (of its lease), ``at_risk`` (holds whose renewal is
+  overdue), ``holds`` (holds renewed) — sent from a watchdog thread when its
+  renewals fall behind by more than a fifth of a lease (leases are lost at two
+  thirds), and again when they caught up. See ``holds/lag.py``.
+
 Receivers' exceptions are logged (logger ``django_redislock.signals``) and
 never propagate into the lock: see ``notify``.
 """
@@ -32,6 +40,7 @@ lock_acquired = Signal()
 lock_released = Signal()
 lock_lost = Signal()
 lock_contended = Signal()
+renewal_lag = Signal()
 
 
 #: The app's own receivers (``hot.install``), called directly: Django's

@@ -240,9 +240,9 @@ def _end_leaked_holdings() -> Iterator[None]:
     from django_redislock.holds.watchdog import watchdog
 
     with watchdog._cond:
-        leaked = [ref() for ref, *_ in watchdog._watched.values()]
-        for key in [key for key, (ref, *_) in watchdog._watched.items() if ref() is None]:
-            del watchdog._watched[key]
+        leaked = [entry.ref() for entry in watchdog._watched.values()]
+        for key in [key for key, entry in watchdog._watched.items() if entry.ref() is None]:
+            watchdog._schedule.remove(key)
     for holding in leaked:
         if holding is not None:
             holding.end()

@@ -145,11 +145,14 @@ def test_client_cost_probe_splits_the_gap_to_the_floor() -> None:
 
 @pytest.mark.skipif(REDIS_SERVER is None, reason="the bench starts its own redis-server")
 def test_renewal_capacity_probe_holds_and_counts() -> None:
-    command = [sys.executable, "-m", "bench.renewal_capacity", "--counts", "30", "--hold", "1"]
-    completed = run_bench([*command, "--json"], timeout=60)
+    command = [sys.executable, "-m", "bench.renewal_capacity", "--counts", "30"]
+    completed = run_bench([*command, "--lease", "0.6", "--hold", "1", "--json"], timeout=60)
     assert completed.returncode == 0, completed.stderr
     [row] = json.loads(completed.stdout)["rows"]
     assert row["count"] == 30
     assert row["lost"] == 0
     assert row["renewals_per_s"] > 0  # the watchdog renewed them while they were held
+    assert row["calls_per_s"] < row["renewals_per_s"]  # many per call
+    assert row["watchdog_cpu"] > 0 and row["redis_us_per_renewal"] > 0 and row["floor_us"] > 0
+    assert row["lag_warning_s"] is None and row["first_loss_s"] is None
     assert row["watching_after"] == 0

@@ -67,6 +67,7 @@ def test_defaults_and_valid_settings_pass() -> None:
         "BLOCKING_TIMEOUT": None,
         "AUTO_RENEW": False,
         "REDLOCK": ["r1", "r2", "r3"],
+        "RENEWAL_BATCH": 1,
     }
     assert check(valid) == []
 
@@ -121,6 +122,11 @@ def test_redislock_none_is_the_defaults_for_the_check_as_for_the_primitives() ->
         ({"REDLOCK": ["r1", "r1", "r2"]}, "E010", "distinct"),
         ({"REDLOCK": ["r1", "r2", "missing"]}, "E011", "'missing'"),
         ({"REDLOCK": ["r1", "r2", "locmem"]}, "E004", "locmem"),
+        ({"STATS": -1}, "E012", "STATS"),
+        ({"RENEWAL_BATCH": 0}, "E026", "RENEWAL_BATCH"),
+        ({"RENEWAL_BATCH": 10_001}, "E026", "RENEWAL_BATCH"),
+        ({"RENEWAL_BATCH": 2.5}, "E026", "RENEWAL_BATCH"),
+        ({"RENEWAL_BATCH": True}, "E026", "RENEWAL_BATCH"),
     ],
 )
 def test_each_problem_is_reported_by_id_with_a_hint(

@@ -296,3 +296,58 @@ def test_a_cluster_no_node_of_which_answers_is_a_backend_error() -> None:
             Lock("nowhere").locked()
         with pytest.raises(LockBackendError):
             asyncio.run(AsyncLock("nowhere", blocking_timeout=1).acquire())
+
+
+def test_renewals_sharing_a_slot_go_in_one_call_the_others_alone(
+    cluster_settings: RedisClusterNodes,
+) -> None:
+    """On a Redis Cluster one call carries only keys of one hash slot: the
+    renewals of names in one slot go together, each other one alone."""
+    import weakref
+
+    from redis.cluster import RedisCluster
+    from redis.crc import key_slot
+
+    from django_redislock.backend.scripts import LOCK_EXTEND, LOCK_RENEW
+    from django_redislock.holds.renewals import renew_all
+
+    by_slot: dict[int, list[str]] = {}
+    for i in range(50_000):
+        name = f"slotted:{i}"
+        group = by_slot.setdefault(key_slot(lock_key(name).encode()), [])
+        group.append(name)
+        if len(group) == 3:
+            break
+    together = group
+    apart = [f"apart:{i}" for i in range(2)]
+    locks = [Lock(name, timeout=30, auto_renew=False) for name in [*together, *apart]]
+    for lock in locks:
+        assert lock.acquire()
+    holdings = [lock._holding() for lock in locks]
+    for holding in holdings:
+        assert holding is not None
+        holding.lease = 50.0
+    client = holdings[0].client  # type: ignore[union-attr]
+    for script in (LOCK_EXTEND, LOCK_RENEW):
+        client.script_load(script.text)  # on every primary: no NOSCRIPT resend below
+    sent: list[int] = []
+    execute = RedisCluster.execute_command
+
+    def traced(self: RedisCluster, *args: object, **options: object) -> object:
+        if str(args[0]).upper() == "EVALSHA":
+            sent.append(int(args[2]))  # type: ignore[call-overload]
+        return execute(self, *args, **options)
+
+    RedisCluster.execute_command = traced  # type: ignore[method-assign]
+    try:
+        results = list(renew_all([weakref.ref(h) for h in holdings if h is not None]))
+    finally:
+        RedisCluster.execute_command = execute  # type: ignore[method-assign]
+    try:
+        assert [outcome for _, _, outcome in results] == [True] * 5
+        assert sorted(sent) == [1, 1, 3]
+        for lock in locks:
+            assert client.pttl(lock_key(lock.name)) > 40_000
+    finally:
+        for lock in locks:
+            lock.release()

@@ -130,3 +130,21 @@ def test_install_twice_records_once_and_uninstall_stops(telemetry: Telemetry) ->
     with Lock("otel:after"):
         pass
     assert len(telemetry.spans("redislock.hold")) == 1
+
+
+def test_the_watchdogs_lag_and_holds_are_gauges_and_falling_behind_is_counted(
+    telemetry: Telemetry,
+) -> None:
+    from django_redislock import signals
+    from django_redislock.holds.watchdog import Watchdog
+
+    with Lock("otel:renewed", timeout=30):
+        [lag] = telemetry.points("redislock.renewal.lag")
+        [holds] = telemetry.points("redislock.renewal.holds")
+    assert 0 <= lag.value < 1
+    assert holds.value == 1
+    common = {"lag": 0.5, "share": 0.25, "at_risk": 3, "holds": 9}
+    signals.notify(signals.renewal_lag, sender=Watchdog, lagging=True, **common)
+    signals.notify(signals.renewal_lag, sender=Watchdog, lagging=False, **common)
+    [lagging] = telemetry.points("redislock.renewal.lagging")
+    assert lagging.value == 1

@@ -87,6 +87,7 @@ class Holding:
         "renewing_lease",
         "sender",
         "sigprefix",
+        "slot",
         "stats_key",
         "stats_ttl_ms",
         "token",
@@ -138,6 +139,8 @@ class Holding:
         #: The release script's KEYS.
         self.keys = keys
         self.sigprefix = sigprefix
+        #: ``batch_slot``'s, once known (-1: not yet).
+        self.slot: int | None = -1
         #: What the primitive's release script takes besides the keys, when
         #: it is the same for every release of this holding.
         self.release_args: list[Any] = []
@@ -175,22 +178,29 @@ class Holding:
 
     @property
     def batch_client(self) -> Any:
-        """The client whose pipeline carries this renewal with others of the
-        same client (``renewal_batches``): one whose commands all go over one
-        connection pool; ``None`` on Redis Cluster (a pipeline there splits
-        by node), where it is renewed alone (``renew``), as is a holding
+        """The client whose script calls carry this renewal with others of the
+        same client (``holds/renewals.py``): one whose commands all go over one
+        connection pool, or a Redis Cluster client (a call then carries the
+        renewals of one hash slot, ``batch_slot``). ``None`` for a holding
         whose class sends its lease its own way (``send_lease``, ``renew``),
-        or a client with no ``pipeline``."""
+        renewed alone (``renew``)."""
         client = self.client
         cls = type(self)
-        if (
-            cls.send_lease is not Holding.send_lease
-            or cls.renew is not Holding.renew
-            or getattr(client, "connection_pool", None) is None
-            or not callable(getattr(client, "pipeline", None))
-        ):
+        if cls.send_lease is not Holding.send_lease or cls.renew is not Holding.renew:
+            return None
+        if getattr(client, "connection_pool", None) is None and self.batch_slot is None:
             return None
         return client
+
+    @property
+    def batch_slot(self) -> int | None:
+        """The Redis Cluster hash slot of the renewed key, worked out once;
+        ``None`` on a client that is not a cluster's."""
+        slot = self.slot
+        if slot == -1:
+            keyslot = getattr(self.client, "keyslot", None)  # RedisCluster
+            slot = self.slot = None if keyslot is None else keyslot(self.renew_keys[0])
+        return slot
 
     def renew(self) -> bool:
         """The watchdog's renewal; ``False`` if the lease is no longer ours.
@@ -299,15 +309,11 @@ class Holding:
             if not self.active or self.lost is not None:
                 return
             self.lost = reason
-        # A logging handler that raises must not keep the holder from being told.
+        # A logging handler that raises must not keep the holder from being
+        # told. Logged in full, or summarised with others lost meanwhile.
         with contextlib.suppress(Exception):
-            logger.warning(
-                "Lost the lease of %s %r held by %s for %.3f s: %s",
-                self.kind,
-                self.name,
-                self.holder,
-                time.monotonic() - self.acquired_at,
-                reason,
+            watchdog.report_lost(
+                self.kind, self.name, self.holder, time.monotonic() - self.acquired_at, reason
             )
         self._count_lost()
         signals.notify(

@@ -1,44 +1,63 @@
-"""The renewals waiting in one of the watchdog's lanes, sent in one round trip.
+"""The renewals waiting in one of the watchdog's lanes, many per Redis call.
 
-A lane sent its renewals one round trip each, so one process could send
-about 2,300 to 3,500 a second: holding 2,000 leases of a second (each renewed
-every third of it), it fell behind and leases lapsed. The renewals waiting
-in a lane's queue, up to ``MAX_BATCH``, now go in one redis-py pipeline
-(``transaction=False``: no ``MULTI``, each command its own reply) built by
-the client's public ``pipeline()``, so a tracer wrapping ``Pipeline.execute``
-sees every command. Each reply is read for its own holding exactly as one
-sent alone (``Holding.renewal``): a lease found not ours is lost unless a
-release is on its way, an extend that crossed the renewal makes it send the
-new lease once more (in one more round trip), and an error, the command's
-own or the round trip's, fails that renewal only, for the watchdog to retry
-or give up on as it would one sent alone. A script the server lacks
-(``NOSCRIPT``: a restart, ``SCRIPT FLUSH``) is loaded and its renewals sent
-again, in one more round trip.
+The watchdog owes a lease a renewal every third of it: 20,000 locks of a
+3 s lease are 20,000 renewals a second. Sent one ``EVALSHA`` each, even
+pipelined, each cost some 80 us of Python (building, sending and reading a
+command, then a reply, per lease), so one process fell behind at about
+12,000 a second and lost most of its leases at once.
+
+Now the renewals of one lane that share a client, an extend script and a
+lease (and, on Redis Cluster, a hash slot) go in **one script call**
+(``lock_renew.lua``, ``permit_renew.lua``: the extend scripts' owner check,
+``_lock_value.lua``'s ``extend_lock`` and ``_permits.lua``'s
+``renew_holder``, run once per key), up to the ``RENEWAL_BATCH`` setting per
+call. The reply lists only the renewals that did not happen, so one where
+every lease was renewed costs nothing to read; the Python per lease is a
+few attribute reads and writes. The call goes through redis-py's public
+``Script`` path (``evalsha``, ``execute_command``): a tracer sees it, a
+``NOSCRIPT`` reply loads the script and sends it again.
+
+Each renewal's outcome is what it would be alone (``Holding.renewal``): a
+lease found not ours is lost unless a release is on its way; an ``extend()``
+that crossed the call makes that renewal send the new lease once more (all
+such in one more call); an error reply for one key (a key of another type)
+fails that renewal only, and the call's own error (the server unreachable)
+fails each renewal of the call, with its own name, for the watchdog to retry
+or give up on as it would one sent alone.
 
 Sent alone (``Renewable.renew``): a lane's only renewal waiting, a
-``Redlock``'s (it waits on several servers at once) and a Redis Cluster's (a
-pipeline there splits by node). A batch has no deadline of its own, as a
-renewal sent alone has none: the watchdog reports each renewal still
-unanswered at its own lease end, the batch's earliest first.
+``Redlock``'s (it waits on several servers at once), and one whose holding
+renews its own way. A call has no deadline of its own, as a renewal sent
+alone has none: the watchdog reports each renewal still unanswered at its own
+lease end, the call's earliest first.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import weakref
 from collections import deque
 from collections.abc import Generator, Hashable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from redis.exceptions import NoScriptError
+from redis.exceptions import ResponseError
 
 from django_redislock.backend.client import BACKEND_ERRORS, backend_error
+from django_redislock.backend.scripts import (
+    LOCK_EXTEND,
+    LOCK_RENEW,
+    PERMIT_EXTEND,
+    PERMIT_RENEW,
+    Script,
+)
 
-if TYPE_CHECKING:
-    from django_redislock.backend.scripts import Script
-
-#: The most renewals one round trip carries.
+#: The most renewals one call carries by default (``RENEWAL_BATCH``): a few
+#: hundred keep one call around a millisecond of the server's time.
 MAX_BATCH = 256
+
+#: Each extend script's batch form, by the extend script's SHA.
+BATCHED = {LOCK_EXTEND.sha: LOCK_RENEW, PERMIT_EXTEND.sha: PERMIT_RENEW}
 
 W = TypeVar("W")
 R = TypeVar("R")
@@ -51,12 +70,20 @@ Result = tuple["Renewable", float, Outcome]
 
 
 class Renewable(Protocol):
-    """What the watchdog needs of a holding; ``name``, ``renew_script``,
-    ``renew_call`` and ``renewal`` only of one with a ``batch_client``."""
+    """What the watchdog needs of a holding; the lease's state (``token`` to
+    ``releasing``) only of one with a ``batch_client``."""
 
     lease_deadline: float
     name: str
     renew_script: Script
+    renew_keys: Sequence[str | bytes]
+    token: str
+    lease: float
+    lease_generation: int
+    lease_lock: threading.Lock
+    renewing_lease: float | None
+    active: bool
+    releasing: bool
 
     @property
     def renew_interval(self) -> float: ...
@@ -68,8 +95,12 @@ class Renewable(Protocol):
 
     @property
     def batch_client(self) -> Any:
-        """The client whose pipeline may carry this renewal with others of the
-        same client; ``None``: renewed alone."""
+        """The client whose script calls may carry this renewal with others of
+        the same client; ``None``: renewed alone."""
+
+    @property
+    def batch_slot(self) -> int | None:
+        """The Redis Cluster hash slot of its key (``None`` off Cluster)."""
 
     def renew(self) -> bool:
         """Extend the lease one more term, alone; ``False`` if it is no longer ours."""
@@ -77,37 +108,37 @@ class Renewable(Protocol):
     def renewal(self) -> Generator[float, bool, bool]:
         """``renew``'s steps: yields each lease to send, takes the answer."""
 
-    def renew_call(self, lease: float) -> tuple[Sequence[str | bytes], list[Any]]: ...
+    def deadline_of(self, started: float, lease: float) -> float: ...
 
     def mark_lost(self, reason: str) -> None: ...
 
 
-def take_batch(jobs: deque[tuple[W, R]]) -> tuple[W, list[R]]:
-    """From a lane's queue of ``(function, holding)`` jobs: the next one's
-    function, with the holdings of the jobs for it waiting right behind, up
-    to ``MAX_BATCH`` in all (the function takes them together)."""
+def take_batch(jobs: deque[tuple[W, R]], limit: int = MAX_BATCH) -> tuple[W, list[R]]:
+    """From a lane's queue of ``(function, item)`` jobs: the next one's
+    function, with the items of the jobs for it waiting right behind, up to
+    ``limit`` in all (the function takes them together)."""
     work, first = jobs.popleft()
     taken = [first]
-    while jobs and len(taken) < MAX_BATCH and jobs[0][0] == work:
+    while jobs and len(taken) < limit and jobs[0][0] == work:
         taken.append(jobs.popleft()[1])
     return work, taken
 
 
 def renew_all(refs: Iterable[weakref.ref[Renewable]]) -> Iterator[Result]:
-    """Renew the holdings still alive of ``refs``: those sharing a
-    ``batch_client`` in one pipeline, the others alone, each looked up when
-    its turn comes (one dropped while another's renewal waits on Redis is not
-    renewed). An error never escapes: it is that renewal's outcome."""
-    together: dict[int, list[Renewable]] = {}
+    """Renew the holdings still alive of ``refs``: those that can share a
+    script call (``batch_client``, a batch script, a slot) in one, the others
+    alone. An error never escapes: it is that renewal's outcome."""
+    together: dict[tuple[int, str, int | None], list[Renewable]] = {}
     for ref in refs:
         holding = ref()
         if holding is None:
             continue
         client = holding.batch_client
-        if client is None:
+        script = None if client is None else BATCHED.get(holding.renew_script.sha)
+        if client is None or script is None:
             yield _alone(holding)
         else:
-            together.setdefault(id(client), []).append(holding)
+            together.setdefault((id(client), script.sha, holding.batch_slot), []).append(holding)
         holding = client = None  # kept by nobody while the next is renewed
     for group in together.values():
         yield from (_together(group) if len(group) > 1 else [_alone(group[0])])
@@ -122,98 +153,93 @@ def _alone(holding: Renewable) -> Result:
 
 
 def _together(holdings: list[Renewable]) -> list[Result]:
-    """One client's renewals in one pipeline; then, in one more, those an
-    extend crossed (``Holding.renewal`` sends at most twice)."""
+    """Renewals of one client, batch script and slot: one call per lease
+    they carry; then, in one more per lease, those an extend crossed (as
+    ``Holding.renewal``, at most two sends each)."""
     client = holdings[0].batch_client
+    script = BATCHED[holdings[0].renew_script.sha]
     started = time.monotonic()
-    steps = [holding.renewal() for holding in holdings]
-    outcomes: dict[int, Outcome] = {}
-    to_send: dict[int, float] = {}
-    for index, renewal in enumerate(steps):
-        _advance(index, renewal, None, to_send, outcomes)
-    while to_send:
-        sending, to_send = list(to_send.items()), {}
-        replies = _send(client, [(holdings[index], lease) for index, lease in sending])
-        for (index, _), reply in zip(sending, replies, strict=True):
-            answer = _answer(holdings[index], reply)
-            _advance(index, steps[index], answer, to_send, outcomes)
-    return [(holding, started, outcomes[index]) for index, holding in enumerate(holdings)]
+    results: list[Result] = []
+    pending = holdings
+    for _ in range(2):
+        crossed: list[Renewable] = []
+        for lease, sent in _by_lease(pending, results, started).items():
+            crossed += _send(script, client, lease, sent, results, started)
+        pending = crossed
+        if not pending:
+            return results
+    # Crossed twice: the deadline stays where the extends put it (the earlier
+    # end), by which the watchdog comes back soon.
+    results.extend((holding, started, True) for holding in pending)
+    return results
 
 
-def _advance(
-    index: int,
-    renewal: Generator[float, bool, bool],
-    answer: bool | Exception | None,
-    to_send: dict[int, float],
-    outcomes: dict[int, Outcome],
-) -> None:
-    """Give a renewal's steps the answer to its last send (``None``: start
-    them): the next lease it sends goes to ``to_send``, its end to ``outcomes``."""
+def _by_lease(
+    holdings: list[Renewable], results: list[Result], started: float
+) -> dict[float, list[tuple[Renewable, int]]]:
+    """The live holdings by the lease each sends now (marked on its way,
+    ``renewing_lease``), with their lease's generation; one released
+    meanwhile is done."""
+    by_lease: dict[float, list[tuple[Renewable, int]]] = {}
+    for holding in holdings:
+        if not holding.active:
+            results.append((holding, started, True))
+            continue
+        with holding.lease_lock:
+            generation = holding.lease_generation
+            lease = holding.renewing_lease = holding.lease
+        by_lease.setdefault(lease, []).append((holding, generation))
+    return by_lease
+
+
+def _send(
+    script: Script,
+    client: Any,
+    lease: float,
+    sent: list[tuple[Renewable, int]],
+    results: list[Result],
+    started: float,
+) -> list[Renewable]:
+    """One call renewing ``sent`` to ``lease``; each outcome to ``results``
+    but those an extend crossed, which are returned (to send again)."""
+    called = time.monotonic()
+    args: list[Any] = [int(lease * 1000)]
+    args += [holding.token for holding, _ in sent]
     try:
-        if answer is None:
-            to_send[index] = next(renewal)
-        elif isinstance(answer, Exception):
-            to_send[index] = renewal.throw(answer)
+        reply = script(client, [holding.renew_keys[0] for holding, _ in sent], args)
+    except Exception as exc:
+        failed: dict[int, Any] | Exception = exc
+    else:
+        failed = {int(reply[i]) - 1: reply[i + 1] for i in range(0, len(reply), 2)}
+    crossed = []
+    for index, (holding, generation) in enumerate(sent):
+        code = failed if isinstance(failed, Exception) else failed.get(index, True)
+        with holding.lease_lock:
+            holding.renewing_lease = None
+            if code is True and generation == holding.lease_generation:
+                holding.lease_deadline = holding.deadline_of(called, lease)
+                results.append((holding, started, True))
+                continue
+        if code is True:
+            crossed.append(holding)
+        elif code == 0:
+            # A release sent while this renewal was on its way may have run
+            # first on the server: then "not ours" is the release, not a loss.
+            results.append((holding, started, holding.releasing))
         else:
-            to_send[index] = renewal.send(answer)
-    except StopIteration as done:
-        outcomes[index] = bool(done.value)
-    except Exception as exc:
-        outcomes[index] = exc
+            results.append((holding, started, _error(holding.name, code)))
+    return crossed
 
 
-def _answer(holding: Renewable, reply: Any) -> bool | Exception:
-    """What a renewal's steps take for its command's reply: whether the lease
-    is ours, or the error, a Redis one as ``LockBackendError`` (as sent alone)."""
-    if isinstance(reply, BACKEND_ERRORS):
-        error = backend_error(holding.name, reply)
-        error.__cause__ = reply
+def _error(name: str, code: Any) -> Exception:
+    """A renewal's error as sent alone: a Redis one (the call's, or its key's
+    error text in the reply) as ``LockBackendError`` with the cause chained."""
+    if isinstance(code, bytes | str):
+        code = ResponseError(code.decode() if isinstance(code, bytes) else code)
+    if isinstance(code, BACKEND_ERRORS):
+        error = backend_error(name, code)
+        error.__cause__ = code
         return error
-    if isinstance(reply, Exception):
-        return reply
-    return bool(reply)
-
-
-def _send(client: Any, calls: list[tuple[Renewable, float]]) -> list[Any]:
-    """Each call's reply, or its error; those whose script the server lacked
-    are sent again after it, loaded in the same round trip."""
-    replies = _execute(client, calls, ())
-    missing = [index for index, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    if missing:
-        scripts = {calls[i][0].renew_script.sha: calls[i][0].renew_script for i in missing}
-        again = _execute(client, [calls[i] for i in missing], scripts.values())
-        for index, reply in zip(missing, again, strict=True):
-            replies[index] = reply
-    return replies
-
-
-def _execute(
-    client: Any, calls: list[tuple[Renewable, float]], load: Iterable[Script]
-) -> list[Any]:
-    """One round trip: ``SCRIPT LOAD`` of ``load``, then the calls. Each
-    call's reply or error reply; the round trip's error for each when it
-    failed; a call that could not be built (its ``renew_call``) fails alone."""
-    out: list[Any] = [None] * len(calls)
-    queued: list[int] = []
-    loads = 0
-    try:
-        with client.pipeline(transaction=False) as pipe:
-            for script in load:
-                pipe.script_load(script.text)
-                loads += 1
-            for index, (holding, lease) in enumerate(calls):
-                try:
-                    keys, args = holding.renew_call(lease)
-                    holding.renew_script.queue(pipe, keys, args)
-                except Exception as exc:
-                    out[index] = exc
-                else:
-                    queued.append(index)
-            replies = pipe.execute(raise_on_error=False) if queued else [None] * loads
-    except Exception as exc:
-        for index in queued:
-            out[index] = exc
-        return out
-    for index, reply in zip(queued, replies[loads:], strict=True):
-        out[index] = reply
-    return out
+    if isinstance(code, Exception):
+        return code
+    return RuntimeError(f"unexpected renewal reply for {name!r}: {code!r}")

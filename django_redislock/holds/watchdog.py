@@ -11,11 +11,12 @@ The scheduler decides when a lease is due; the renewal itself is sent from a
 lane, one thread per connection pool the leases are held on (``Renewable.lane``:
 a cache alias's server, a Redlock's set of servers), which exits after
 ``IDLE_EXIT`` seconds without work; the renewals waiting in its queue go in one
-round trip (``renewal_batches``). A server that hangs then stalls the renewals
-of the leases held on it, never those held elsewhere: with one thread renewing
-in turn, a renewal stuck on one server until its socket timeout left every
-other lease of the process unrenewed, and they lapsed. A lane that cannot
-start is not fatal: its renewal is sent from the scheduler.
+script call per batch (``holds/renewals.py``), and are settled by
+``holds/settling.py``. A server that hangs then stalls the renewals of the
+leases held on it, never those held elsewhere: with one thread renewing in
+turn, a renewal stuck on one server until its socket timeout left every other
+lease of the process unrenewed, and they lapsed. A lane that cannot start is
+not fatal: its renewal is sent from the scheduler.
 
 A renewal that finds the lease no longer ours, or cannot reach Redis before
 the lease would have ended, marks the holding lost and sends ``lock_lost``; so
@@ -27,6 +28,13 @@ holder is told no later than its lease end (as it measures it, never later
 than Redis's), with or without a socket timeout; with none, the renewal's
 lane (never the others) stays blocked until the OS gives up on the connection.
 
+Due renewals are kept in a heap, so a pass costs the renewals it sends,
+never a scan of every lease (with 20,000 leases, scans took more of the
+thread than the renewals). How late the renewals run is watched
+(``holds/lag.py``): the process warns before it loses leases. Leases lost
+together are logged in one line per interval (``holds/dropped.py``), each
+holder still told.
+
 After ``fork()`` the child starts with an empty watchdog: it never renews (or
 releases) what its parent holds.
 """
@@ -37,40 +45,40 @@ import contextlib
 import logging
 import threading
 import time
-import weakref
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from django_redislock.engine.threads import Lifecycle
-from django_redislock.exceptions import LockBackendError, LockError
-from django_redislock.holds.dropped import DroppedHolds, Report
-from django_redislock.holds.renewals import Renewable, Result, renew_all, take_batch
+from django_redislock.exceptions import LockError
+from django_redislock.holds.dropped import DroppedHolds, LostLeases, Report
+from django_redislock.holds.lag import Lag
+from django_redislock.holds.renewals import Renewable, take_batch
+from django_redislock.holds.schedule import RENEW, Entry, Schedule
+from django_redislock.holds.settling import (
+    RETRY_DELAY,
+    RETRY_LOG_EVERY,
+    Settling,
+    _batch_limit,
+    _due,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Seconds the thread lingers with nothing to renew before it exits.
 IDLE_EXIT = 5.0
-#: A renewal due within this share of its interval (a quarter of RETRY_DELAY
-#: at most) goes with the pass that finds it: a pass per renewal scans every lease.
-EARLY = 0.1
-#: Retry delay after a renewal that could not reach Redis.
-RETRY_DELAY = 0.2
 #: The scheduler's thread name, and the lanes'.
 SCHEDULER_THREAD = "django-redislock-watchdog"
 LANE_THREAD = "django-redislock-renewal"
+#: The most renewals a pass hands to the lanes, so a backlog never keeps the
+#: watchdog's lock (which every acquire takes) for long.
+PASS_LIMIT = 4096
+
 
 #: One lane's work: a holding's renewal, or the report of one that never came
-#: back, as the function that takes the holdings of such jobs, and the holding.
-_Work = Callable[[list["weakref.ref[Renewable]"]], None]
-_Job = tuple[_Work, "weakref.ref[Renewable]"]
-
-
-def _due(holding: Renewable, now: float) -> float:
-    """A third of the way into the lease; sooner when what is left of it, as the
-    holder measures it, is shorter (a handoff's first lease, an extend that
-    crossed a renewal)."""
-    return now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+#: back, as the function that takes the entries of such jobs, and the entry.
+_Work = Callable[[list[Entry]], None]
+_Job = tuple[_Work, Entry]
 
 
 class _Lane:
@@ -83,7 +91,7 @@ class _Lane:
         self.ready = threading.Condition(lock)
 
 
-class Watchdog:
+class Watchdog(Settling):
     def __init__(self) -> None:
         self._reset()
         self._life = Lifecycle(SCHEDULER_THREAD, self._reset)
@@ -95,12 +103,15 @@ class Watchdog:
         # __enter__ is Python code.
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
-        # id(holding) -> (weakref, next due time, whether a renewal is on its way)
-        self._watched: dict[int, tuple[weakref.ref[Renewable], float, bool]] = {}
+        self._schedule = Schedule()
+        self._watched = self._schedule.watched  # by id(holding)
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
         self._lanes: dict[Hashable, _Lane] = {}
         self._dropped = DroppedHolds()
+        self.losses = LostLeases(logging.getLogger("django_redislock.holds.holding"))
+        self.lagging = Lag(type(self), self._census)
+        self._retry_logged: list[Any] = [-RETRY_LOG_EVERY, 0]  # when, failures not logged since
 
     def _forked(self) -> None:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
@@ -137,9 +148,10 @@ class Watchdog:
         lost at once: a lease nothing renews must not lapse unannounced."""
         if self._dropped.pending():
             self._dropped.report()
-        due = _due(holding, time.monotonic())
+        entry = Entry(holding, _due(holding, time.monotonic()))
+        due = entry.due
         with self._lock:
-            self._watched[id(holding)] = (weakref.ref(holding), due, False)
+            self._schedule.add(entry)
             if self._thread is not None:
                 if due < self._wake_at:
                     self._cond.notify()
@@ -148,9 +160,21 @@ class Watchdog:
                 self._start()
                 return
             except LockError as exc:
-                del self._watched[id(holding)]
+                self._schedule.remove(entry.key)
                 failure = exc
         holding.mark_lost(str(failure))
+
+    def report_lost(self, kind: str, name: str, holder: str, held: float, reason: str) -> None:
+        """Log a lost lease (``Holding.mark_lost``), summarised with others
+        lost at about the same time (``LostLeases``)."""
+        if self.losses.report(kind, name, holder, held, reason):
+            self._forked()
+            with self._lock:
+                if self._thread is None:
+                    with contextlib.suppress(LockError):  # logged at the next report then
+                        self._start()
+                elif self.losses.due() < self._wake_at:
+                    self._cond.notify()
 
     def dropped(self, holding: object, report: Report) -> None:
         """``holding`` is being freed (``Holding.__del__``): if it was still
@@ -165,21 +189,42 @@ class Watchdog:
         due = _due(holding, time.monotonic())
         with self._lock:
             entry = self._watched.get(id(holding))
-            if entry is None or entry[0]() is not holding:
+            if entry is None or entry.ref() is not holding:
                 return
-            if not entry[2]:
-                self._watched[id(holding)] = (entry[0], due, False)
-            if due < self._wake_at or entry[2]:
+            if entry.sent:  # look again at when it is overdue
+                due = holding.lease_deadline
+            else:
+                entry.due = due
+            self._schedule.push(entry, due)
+            if due < self._wake_at:
                 self._cond.notify()
 
     def unwatch(self, holding: Renewable) -> None:
         with self._lock:
-            self._watched.pop(id(holding), None)
+            self._schedule.remove(id(holding))
 
     def watching(self) -> int:
         """How many holdings are renewed (a dropped one no more, even before the next pass)."""
         with self._lock:
-            return sum(1 for ref, _, _ in self._watched.values() if ref() is not None)
+            return sum(1 for entry in self._watched.values() if entry.ref() is not None)
+
+    def lag(self) -> float:
+        """Seconds the oldest renewal due is late now: waiting in a lane, for
+        the scheduler, or in the last batch sent (0 when none is late)."""
+        now = time.monotonic()
+        with self._lock:
+            oldest = [queue.jobs[0][1].due for queue in self._lanes.values() if queue.jobs]
+            due = self._schedule.oldest_due()
+        if due is not None:
+            oldest.append(due)
+        return max(self.lagging.last, now - min(oldest, default=now), 0.0)
+
+    def _census(self) -> tuple[int, int, float]:
+        """Holds whose renewal is overdue, holds renewed, renewals owed a
+        second; scans every hold (``Lag`` asks only when its state changes)."""
+        now = time.monotonic()
+        with self._lock:
+            return self._schedule.census(now)
 
     def _run(self) -> None:
         """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
@@ -196,12 +241,14 @@ class Watchdog:
                 time.sleep(RETRY_DELAY)  # never a busy loop, should it fail again
 
     def _pass(self, idle_since: list[float]) -> bool:
-        """Report dropped holds, then send what is due or wait for it; ``False``
-        once idle (the thread unregistered). Its frame ends before the next
-        pass: the thread keeps no job, no holding, alive between passes (a
-        dropped hold would be renewed for ever instead of running out)."""
+        """Report dropped holds and losses, then send what is due or wait for
+        it; ``False`` once idle (the thread unregistered). Its frame ends
+        before the next pass: the thread keeps no job, no holding, alive
+        between passes (a dropped hold would be renewed for ever instead of
+        running out)."""
         if self._dropped.pending():  # outside the lock; rare: a misuse
             self._dropped.report()
+        self.losses.flush()
         with self._cond:
             now = time.monotonic()
             if not self._watched:
@@ -209,12 +256,20 @@ class Watchdog:
                 if now - idle_since[0] >= IDLE_EXIT:
                     self._thread = None
                     self._wake_at = float("inf")
-                    return False
-                self._wake_at = idle_since[0] + IDLE_EXIT
-                self._cond.wait(self._wake_at - now)
-                return True
-            idle_since.clear()
-            due = self._due_or_wait(now)
+                    exiting = True
+                else:
+                    exiting = False
+                    self._wake_at = min(idle_since[0] + IDLE_EXIT, self.losses.due())
+                    self._cond.wait(max(self._wake_at - now, 0.0))
+                if not exiting:
+                    return True
+            else:
+                idle_since.clear()
+                due = self._due_or_wait(now)
+                exiting = False
+        if exiting:
+            self.losses.flush(force=True)  # nobody else would log it
+            return False
         for lane, jobs in due.items():
             self._dispatch(lane, jobs)
         return True
@@ -222,40 +277,27 @@ class Watchdog:
     def _due_or_wait(self, now: float) -> dict[Hashable, list[_Job]]:
         """The jobs due (renewals, and reports of renewals overdue), per lane;
         if none is, wait (under ``_cond``) until the earliest is."""
-        due_now, earliest = self._scan(now)
+        due_now, earliest = self._take_due(now)
         if not due_now:
-            self._wake_at = earliest
-            if earliest != float("inf"):
-                self._cond.wait(earliest - now)
+            self._wake_at = min(earliest, self.losses.due())
+            if self._wake_at != float("inf"):
+                self._cond.wait(max(self._wake_at - now, 0.0))
         return due_now
 
-    def _scan(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
-        """Each lease due now, as a job for its lane, and when the next is due.
-
-        Forgets the holdings that were dropped. A renewal still on its way
-        when the lease ends (as the holder measures it) is overdue: its report
-        goes to a lane of its own, since the renewal's lane may be stuck on
-        the same server. Jobs hold holdings weakly (see ``_run``): one dropped
-        while another's renewal waits on Redis is not renewed again.
-        """
+    def _take_due(self, now: float) -> tuple[dict[Hashable, list[_Job]], float]:
+        """Each lease due now, as a job for its lane (``PASS_LIMIT`` at most),
+        and when the next is due. A renewal still on its way when the lease
+        ends (as the holder measures it) is overdue: its report goes to a lane
+        of its own, since the renewal's lane may be stuck on the same server.
+        Jobs hold holdings weakly (see ``_run``): one dropped while another's
+        renewal waits on Redis is not renewed again."""
+        found, earliest = self._schedule.take(now, PASS_LIMIT, RETRY_DELAY)
         due_now: dict[Hashable, list[_Job]] = {}
-        earliest = float("inf")
-        for key, (ref, due, sent) in list(self._watched.items()):
-            holding = ref()
-            if holding is None:
-                del self._watched[key]
-                continue
-            if sent:
-                due = holding.lease_deadline
-            early = 0.0 if sent else min(holding.renew_interval * EARLY, RETRY_DELAY / 4)
-            if due > now + early:
-                earliest = min(earliest, due)
-            elif sent:
-                del self._watched[key]
-                due_now.setdefault(("overdue", holding.lane), []).append((self._overdue, ref))
+        for kind, entry, lane in found:
+            if kind == RENEW:
+                due_now.setdefault(lane, []).append((self._renew, entry))
             else:
-                self._watched[key] = (ref, due, True)
-                due_now.setdefault(holding.lane, []).append((self._renew, ref))
+                due_now.setdefault(("overdue", lane), []).append((self._overdue, entry))
         return due_now, earliest
 
     def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
@@ -275,9 +317,9 @@ class Watchdog:
                 return
         left = deque(jobs)
         while left:
-            work, refs = take_batch(left)
+            work, entries = take_batch(left, _batch_limit())
             try:
-                work(refs)
+                work(entries)
             except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
                 logger.warning("A lease renewal stopped: %r", exc)
 
@@ -291,15 +333,15 @@ class Watchdog:
                         queue.ready.wait(IDLE_EXIT)
                         if not queue.jobs:
                             return
-                    work, refs = take_batch(queue.jobs)
+                    work, entries = take_batch(queue.jobs, _batch_limit())
                 try:
-                    work(refs)
+                    work(entries)
                 except Exception:  # a lane must survive anything, as the scheduler does
                     logger.exception("Lease renewal crashed")
                 except BaseException as exc:  # SystemExit from a lock_lost receiver
                     logger.warning("A lease renewal thread stopped: %r", exc)
                     return  # what it does to a thread; the jobs left go to a new one
-                refs = []  # this frame idles next: it keeps no job's references
+                entries = []  # this frame idles next: it keeps no job's references
         finally:
             self._leave(lane, queue)
 
@@ -314,75 +356,6 @@ class Watchdog:
             queue.jobs.clear()
         if left:
             self._dispatch(lane, left)
-
-    def _overdue(self, refs: list[weakref.ref[Renewable]]) -> None:
-        holdings = [holding for holding in (ref() for ref in refs) if holding is not None]
-        _each(holdings, lambda h: h.mark_lost("no answer to the renewal before the lease ended"))
-
-    def _renew(self, refs: list[weakref.ref[Renewable]]) -> None:
-        """Renew these holdings, together where they can be (``renewal_batches``)."""
-        _each(renew_all(refs), self._settle)
-
-    def _settle(self, result: Result) -> None:
-        """After a renewal: schedule the next, or retry, or report the loss."""
-        holding, started, outcome = result
-        if isinstance(outcome, Exception):
-            self._failed(holding, started, outcome)
-        elif not outcome:
-            self._lose(holding, "the lease was gone when the watchdog renewed it")
-        else:
-            self._reschedule(holding, _due(holding, started))
-
-    def _failed(self, holding: Renewable, started: float, exc: Exception) -> None:
-        """A renewal sent at ``started`` raised ``exc``: retry, or report the
-        loss no later than the lease end. If another attempt, failing up to
-        twice as slowly as this one and sent up to half a delay late (a busy
-        machine), would end past it, give up now; early is safe.
-
-        Any exception counts, not only ``LockBackendError`` (a client
-        wrapper's own, a bug): retried for ever instead, the lease ran out
-        with nobody told."""
-        now = time.monotonic()
-        if isinstance(exc, LockBackendError):
-            reason = f"could not reach Redis before the lease ended: {exc}"
-        else:
-            reason = f"could not renew before the lease ended: {exc!r}"
-        if now + 1.5 * RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
-            self._lose(holding, reason)
-            return
-        if isinstance(exc, LockBackendError):
-            logger.warning("Lease renewal failed, retrying: %s", exc)
-        else:
-            logger.error("Lease renewal crashed; retrying", exc_info=exc)
-        self._reschedule(holding, time.monotonic() + RETRY_DELAY)
-
-    def _reschedule(self, holding: Renewable, due: float) -> None:
-        """After a renewal (from its lane): the next one is due at ``due``."""
-        with self._cond:
-            entry = self._watched.get(id(holding))
-            if entry is not None and entry[0]() is holding:
-                self._watched[id(holding)] = (entry[0], due, False)
-                if due < self._wake_at:
-                    self._cond.notify()
-
-    def _lose(self, holding: Renewable, reason: str) -> None:
-        self.unwatch(holding)
-        holding.mark_lost(reason)
-
-
-def _each(items: Iterable[Any], func: Callable[[Any], object]) -> None:
-    """``func`` on every item, even after one raised: an error is logged, and
-    ``SystemExit`` from a ``lock_lost`` receiver raised once the rest are done."""
-    stopped: BaseException | None = None
-    for item in items:
-        try:
-            func(item)
-        except Exception:  # the lane must survive anything
-            logger.exception("Lease renewal crashed")
-        except BaseException as exc:
-            stopped = stopped or exc
-    if stopped is not None:
-        raise stopped
 
 
 watchdog = Watchdog()

@@ -12,34 +12,36 @@ from typing import Any
 
 import pytest
 import redis
-from redis.client import Pipeline
+from django.test import override_settings
 
 from django_redislock import Lock, LockBackendError, LockLostError, LockNotOwnedError, Semaphore
 from django_redislock import signals as lock_signals
-from django_redislock.backend.scripts import PERMIT_EXTEND
+from django_redislock.backend.scripts import PERMIT_RENEW
 from django_redislock.holds.holding import Holding
-from django_redislock.holds.renewals import MAX_BATCH, renew_all, take_batch
+from django_redislock.holds.renewals import BATCHED, MAX_BATCH, renew_all, take_batch
 from tests.support.renewals import RENEWAL_THREAD, hold_back_renewals
 
 
 @contextmanager
-def pipelines(thread: str | None = None) -> Iterator[list[list[str]]]:
-    """The commands of each ``Pipeline.execute`` from ``thread`` (by name; this
-    one's by default) while the block runs, as a tracer wrapping it sees them."""
-    seen: list[list[str]] = []
-    execute = Pipeline.execute
+def calls(thread: str | None = None) -> Iterator[list[tuple[str, int]]]:
+    """Each command ``thread`` (by name; this one's by default) sends through
+    ``Redis.execute_command`` while the block runs, as a tracer sees it: its
+    name and, for ``EVALSHA``, how many keys it carries (else 0)."""
+    seen: list[tuple[str, int]] = []
+    execute = redis.Redis.execute_command
     name = thread or threading.current_thread().name
 
-    def traced(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
+    def traced(self: redis.Redis, *args: Any, **options: Any) -> Any:
         if threading.current_thread().name == name:
-            seen.append([str(command[0]).lower() for command, _ in self.command_stack])
-        return execute(self, *args, **kwargs)
+            command = str(args[0]).lower()
+            seen.append((command, int(args[2]) if command == "evalsha" else 0))
+        return execute(self, *args, **options)
 
-    Pipeline.execute = traced  # type: ignore[method-assign]
+    redis.Redis.execute_command = traced  # type: ignore[method-assign]
     try:
         yield seen
     finally:
-        Pipeline.execute = execute  # type: ignore[method-assign]
+        redis.Redis.execute_command = execute  # type: ignore[method-assign]
 
 
 def held(count: int, prefix: str, *, timeout: float = 30.0) -> list[Lock]:
@@ -50,6 +52,7 @@ def held(count: int, prefix: str, *, timeout: float = 30.0) -> list[Lock]:
         assert lock.acquire()
     holding = holding_of(locks[0])
     holding.renew_script.ensure_loaded(holding.client)
+    BATCHED[holding.renew_script.sha].ensure_loaded(holding.client)
     return locks
 
 
@@ -76,15 +79,31 @@ def release_all(locks: list[Lock]) -> None:
             lock.release()
 
 
-def test_renewals_of_one_client_go_in_one_pipeline(redis_client: redis.Redis) -> None:
+def test_renewals_of_one_client_go_in_one_script_call(redis_client: redis.Redis) -> None:
     locks = held(20, "batch:one")
     try:
-        with pipelines() as seen:
+        with calls() as seen:
             results = renewed(locks, lease=50.0)
         assert [outcome for _, outcome in results] == [True] * 20
-        assert seen == [["evalsha"] * 20]  # one round trip
+        assert seen == [("evalsha", 20)]  # one call, every key
         for lock in locks:
             assert 40_000 < redis_client.pttl(holding_of(lock).renew_keys[0]) <= 50_000
+            assert holding_of(lock).lease_deadline > time.monotonic() + 45
+    finally:
+        release_all(locks)
+
+
+def test_leases_of_different_lengths_go_in_one_call_each(redis_client: redis.Redis) -> None:
+    locks = held(6, "batch:leases")
+    try:
+        holding_of(locks[0]).lease = 40.0
+        holding_of(locks[3]).lease = 40.0
+        with calls() as seen:
+            results = list(renew_all([weakref.ref(holding_of(lock)) for lock in locks]))
+        assert [outcome for _, _, outcome in results] == [True] * 6
+        assert sorted(seen) == [("evalsha", 2), ("evalsha", 4)]
+        assert redis_client.pttl(holding_of(locks[0]).renew_keys[0]) > 35_000
+        assert redis_client.pttl(holding_of(locks[1]).renew_keys[0]) <= 30_000
     finally:
         release_all(locks)
 
@@ -93,10 +112,13 @@ def test_a_lease_gone_is_lost_and_the_others_renew(redis_client: redis.Redis) ->
     locks = held(5, "batch:gone")
     try:
         redis_client.delete(holding_of(locks[2]).renew_keys[0])
-        with pipelines() as seen:
-            results = renewed(locks)
-        assert [outcome for _, outcome in results] == [True, True, False, True, True]
-        assert len(seen) == 1
+        redis_client.set(holding_of(locks[3]).renew_keys[0], "another:0:1:1:30000:0:holder")
+        with calls() as seen:
+            results = renewed(locks, lease=50.0)
+        assert [outcome for _, outcome in results] == [True, True, False, False, True]
+        assert seen == [("evalsha", 5)]
+        assert redis_client.pttl(holding_of(locks[3]).renew_keys[0]) == -1  # left as it was
+        assert redis_client.pttl(holding_of(locks[4]).renew_keys[0]) > 40_000
     finally:
         release_all(locks)
 
@@ -119,8 +141,8 @@ def test_an_error_reply_fails_only_its_own_renewal(redis_client: redis.Redis) ->
     try:
         redis_client.delete(key)
         redis_client.hset(key, "not", "a lock")  # the extend's GET answers WRONGTYPE
-        with pipelines() as seen:
-            results = renewed(locks)
+        with calls() as seen:
+            results = renewed(locks, lease=50.0)
         outcomes = [outcome for _, outcome in results]
         assert outcomes[0] is True and outcomes[2] is True and outcomes[3] is True
         error = outcomes[1]
@@ -128,32 +150,10 @@ def test_an_error_reply_fails_only_its_own_renewal(redis_client: redis.Redis) ->
         assert error.name == "batch:error:1"
         assert isinstance(error.__cause__, redis.ResponseError)
         assert "WRONGTYPE" in str(error)
-        assert len(seen) == 1
+        assert seen == [("evalsha", 4)]
+        assert redis_client.pttl(holding_of(locks[3]).renew_keys[0]) > 40_000  # after it
     finally:
         redis_client.delete(key)
-        release_all(locks)
-
-
-def test_a_renewal_that_cannot_be_built_fails_alone(
-    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    locks = held(3, "batch:build")
-    broken, real = holding_of(locks[1]), Holding.renew_call
-
-    def renew_call(self: Holding, lease: float) -> Any:
-        if self is broken:
-            raise ZeroDivisionError
-        return real(self, lease)
-
-    monkeypatch.setattr("django_redislock.holds.holding.Holding.renew_call", renew_call)
-    try:
-        with pipelines() as seen:
-            results = renewed(locks)
-        outcomes = [outcome for _, outcome in results]
-        assert outcomes[0] is True and outcomes[2] is True
-        assert isinstance(outcomes[1], ZeroDivisionError)
-        assert seen == [["evalsha"] * 2]
-    finally:
         release_all(locks)
 
 
@@ -176,22 +176,26 @@ def test_a_holding_that_sends_its_lease_its_own_way_is_renewed_alone() -> None:
         lock.release()
 
 
-def test_a_failed_round_trip_fails_each_renewal_with_its_own_name(
+def test_a_failed_call_fails_each_renewal_with_its_own_name(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     locks = held(3, "batch:down")
+    execute = redis.Redis.execute_command
 
-    def unreachable(self: Pipeline, *args: Any, **kwargs: Any) -> Any:
-        raise redis.ConnectionError("Connection refused")
+    def unreachable(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        if str(args[0]).lower() == "evalsha":
+            raise redis.ConnectionError("Connection refused")
+        return execute(self, *args, **options)
 
     try:
-        monkeypatch.setattr(Pipeline, "execute", unreachable)
+        monkeypatch.setattr(redis.Redis, "execute_command", unreachable)
         results = renewed(locks)
         monkeypatch.undo()
         for lock, outcome in results:
             assert isinstance(outcome, LockBackendError)
             assert outcome.name == lock.name
             assert "unreachable" in str(outcome)
+            assert isinstance(outcome.__cause__, redis.ConnectionError)
             assert holding_of(lock).renewing_lease is None
     finally:
         release_all(locks)
@@ -199,14 +203,15 @@ def test_a_failed_round_trip_fails_each_renewal_with_its_own_name(
 
 def test_a_flushed_script_is_loaded_and_the_batch_sent_again(redis_client: redis.Redis) -> None:
     """NOSCRIPT (a restart, ``SCRIPT FLUSH``): the script is loaded and the
-    renewals sent again, in one more round trip."""
+    call sent again."""
     locks = held(6, "batch:noscript")
     try:
+        renewed(locks)
         redis_client.script_flush()
-        with pipelines() as seen:
+        with calls() as seen:
             results = renewed(locks, lease=50.0)
         assert [outcome for _, outcome in results] == [True] * 6
-        assert seen == [["evalsha"] * 6, ["script load", *["evalsha"] * 6]]
+        assert seen == [("evalsha", 6), ("script load", 0), ("evalsha", 6)]
         for lock in locks:
             assert redis_client.pttl(holding_of(lock).renew_keys[0]) > 40_000
     finally:
@@ -216,55 +221,59 @@ def test_a_flushed_script_is_loaded_and_the_batch_sent_again(redis_client: redis
 def test_an_extend_crossing_the_batch_is_sent_again(
     monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
 ) -> None:
-    """An ``extend()`` to another lease while the batch is on its way: that
-    renewal (only) sends the new lease once more, in one more round trip."""
+    """An ``extend()`` to another lease while the call is on its way: that
+    renewal (only) sends the new lease once more, in one more call."""
     locks = held(3, "batch:crossed")
     crossing = holding_of(locks[1])
-    renew_call = Holding.renew_call
-    sent: list[float] = []
+    execute = redis.Redis.execute_command
+    sent: list[list[Any]] = []
 
-    def extended_meanwhile(self: Holding, lease: float) -> Any:
-        if self is crossing:
-            sent.append(lease)
-            if len(sent) == 1:  # the extend is sent (elsewhere) while the batch is built
-                assert self.begin_extend(80.0, time.monotonic())
-        return renew_call(self, lease)
+    def extended_meanwhile(self: redis.Redis, *args: Any, **options: Any) -> Any:
+        if str(args[0]).lower() == "evalsha":
+            sent.append(list(args[3:]))
+            if len(sent) == 1:  # the extend is sent (elsewhere) while the call is out
+                assert crossing.begin_extend(80.0, time.monotonic())
+        return execute(self, *args, **options)
 
-    monkeypatch.setattr("django_redislock.holds.holding.Holding.renew_call", extended_meanwhile)
+    monkeypatch.setattr(redis.Redis, "execute_command", extended_meanwhile)
     try:
-        with pipelines() as seen:
-            results = renewed(locks)
+        results = renewed(locks)
         assert [outcome for _, outcome in results] == [True] * 3
-        assert sent == [30.0, 80.0]
-        assert seen == [["evalsha"] * 3, ["evalsha"]]
+        assert len(sent) == 2
+        assert len(sent[0]) == 2 * 3 + 1  # three keys, the lease, three tokens
+        assert sent[1] == [crossing.renew_keys[0], 80_000, crossing.token]
         assert redis_client.pttl(crossing.renew_keys[0]) > 70_000
         assert crossing.lease_deadline > time.monotonic() + 70
+        assert crossing.renewing_lease is None
     finally:
         release_all(locks)
 
 
 def test_permits_are_batched_too(redis_client: redis.Redis) -> None:
     semaphores = [Semaphore(f"batch:permit:{i}", 2, timeout=30, auto_renew=False) for i in range(4)]
+    semaphores.append(Semaphore("batch:permit:0", 2, timeout=30, auto_renew=False))
     for semaphore in semaphores:
         assert semaphore.acquire()
     try:
         holdings = [semaphore._latest() for semaphore in semaphores]
-        PERMIT_EXTEND.ensure_loaded(redis_client)
-        with pipelines() as seen:
+        assert all(holdings)
+        redis_client.zrem(holdings[2].renew_keys[0], holdings[2].token)  # type: ignore[union-attr]
+        PERMIT_RENEW.ensure_loaded(redis_client)
+        with calls() as seen:
             results = list(renew_all([weakref.ref(h) for h in holdings if h is not None]))
-        assert [outcome for _, _, outcome in results] == [True] * 4
-        assert seen == [["evalsha"] * 4]
+        assert [outcome for _, _, outcome in results] == [True, True, False, True, True]
+        assert seen == [("evalsha", 5)]  # two holders of one semaphore: one key twice
     finally:
-        for semaphore in semaphores:
+        for semaphore in semaphores[:2] + semaphores[3:]:
             semaphore.release()
 
 
 def test_a_lone_renewal_is_sent_alone() -> None:
     locks = held(1, "batch:alone")
     try:
-        with pipelines() as seen:
+        with calls() as seen:
             assert [outcome for _, outcome in renewed(locks)] == [True]
-        assert seen == []
+        assert seen == [("evalsha", 1)]  # the extend script, as extend() sends it
     finally:
         release_all(locks)
 
@@ -322,7 +331,7 @@ def test_the_watchdog_renews_the_leases_waiting_in_a_lane_together(
     locks = [Lock(f"batch:lane:{i}", timeout=2.0) for i in range(30)]
     with lane_held_up(monkeypatch, gate.name) as release, losses() as lost:
         try:
-            with pipelines(RENEWAL_THREAD) as seen:
+            with calls(RENEWAL_THREAD) as seen:
                 assert gate.acquire()
                 time.sleep(0.2)  # the others get due while the gate's renewal waits
                 for lock in locks:
@@ -330,10 +339,34 @@ def test_the_watchdog_renews_the_leases_waiting_in_a_lane_together(
                 time.sleep(1.0)
                 release.set()
                 time.sleep(0.5)
-            assert max(map(len, seen), default=0) >= 25, seen  # (nearly) all in one
-            assert {command for commands in seen for command in commands} == {"evalsha"}
+            assert max(keys for _, keys in seen) >= 25, seen  # (nearly) all in one
+            assert {command for command, _ in seen} == {"evalsha"}
             assert lost == []
             assert all(lock.owned() for lock in [gate, *locks])
+        finally:
+            release_all([gate, *locks])
+
+
+def test_a_call_carries_at_most_renewal_batch_leases(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = Lock("batch:gate", timeout=2.0)
+    locks = [Lock(f"batch:capped:{i}", timeout=2.0) for i in range(10)]
+    with (
+        override_settings(REDISLOCK={"RENEWAL_BATCH": 4}),
+        lane_held_up(monkeypatch, gate.name) as release,
+        losses() as lost,
+    ):
+        try:
+            with calls(RENEWAL_THREAD) as seen:
+                assert gate.acquire()
+                time.sleep(0.2)  # the others get due while the gate's renewal waits
+                for lock in locks:
+                    assert lock.acquire()
+                time.sleep(1.0)
+                release.set()
+                time.sleep(0.5)
+            batches = [keys for command, keys in seen if command == "evalsha"]
+            assert max(batches) == 4, seen
+            assert lost == []
         finally:
             release_all([gate, *locks])
 
@@ -345,7 +378,7 @@ def test_one_lease_gone_in_a_batch_is_told_and_the_others_kept(
     locks = [Lock(f"batch:some:{i}", timeout=2.0) for i in range(10)]
     with lane_held_up(monkeypatch, gate.name) as release, losses() as lost:
         try:
-            with pipelines(RENEWAL_THREAD) as seen:
+            with calls(RENEWAL_THREAD) as seen:
                 assert gate.acquire()
                 time.sleep(0.2)
                 for lock in locks:
@@ -354,7 +387,7 @@ def test_one_lease_gone_in_a_batch_is_told_and_the_others_kept(
                 time.sleep(1.0)
                 release.set()
                 time.sleep(0.5)
-            assert max(map(len, seen), default=0) >= 8, seen
+            assert max(keys for _, keys in seen) >= 8, seen
             assert lost == ["batch:some:4"]
             assert [lock.owned() for lock in locks] == [i != 4 for i in range(10)]
             with pytest.raises(LockLostError):

@@ -21,6 +21,7 @@ from django_redislock import (
     Semaphore,
 )
 from django_redislock import signals as lock_signals
+from django_redislock.holds import settling
 from django_redislock.holds import watchdog as watchdog_module
 from django_redislock.holds.watchdog import watchdog
 from tests.settings import redis_cache
@@ -350,13 +351,13 @@ def test_a_renewal_due_soon_after_another_goes_with_it(monkeypatch: pytest.Monke
     monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     dog = watchdog_module.Watchdog()
     passes: list[int] = []
-    renew_all = watchdog_module.renew_all
+    renew_all = settling.renew_all
 
     def counted(refs: list[Any]) -> Any:
         passes.append(len(refs))
         return renew_all(refs)
 
-    monkeypatch.setattr("django_redislock.holds.watchdog.renew_all", counted)
+    monkeypatch.setattr("django_redislock.holds.settling.renew_all", counted)
     first, soon = _Renewable(), _Renewable()
     first.renew_interval = soon.renew_interval = 1.0  # due 1 s after it is watched
     dog.watch(first)

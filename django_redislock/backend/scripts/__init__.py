@@ -174,6 +174,9 @@ LOCK_RELEASE = Script(
     optional=("queue", "deadlines", "fence", "final"),
 )
 LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
+#: The watchdog's batch of ``LOCK_EXTEND``s: KEYS one lock each, ARGV the
+#: lease then a token per key (``holds/renewals.py``).
+LOCK_RENEW = Script("lock_renew.lua", keys=("lock",), args=("lease_ms", "token"))
 LOCK_CANCEL = Script(
     "lock_cancel.lua",
     keys=_RELEASE_KEYS,
@@ -195,6 +198,8 @@ PERMIT_CANCEL = Script(
     optional=("limit",),
 )
 PERMIT_EXTEND = Script("permit_extend.lua", keys=("holders",), args=("token", "lease_ms"))
+#: The watchdog's batch of ``PERMIT_EXTEND``s, as ``LOCK_RENEW`` is of ``LOCK_EXTEND``.
+PERMIT_RENEW = Script("permit_renew.lua", keys=("holders",), args=("lease_ms", "token"))
 PERMIT_DESCRIBE = Script("permit_describe.lua", keys=("holders", "queue"))
 PERMIT_CLEAR = Script(
     "permit_clear.lua", keys=("holders", "queue", "deadlines"), args=("sigprefix", "confirmed")

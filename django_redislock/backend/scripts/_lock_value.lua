@@ -34,3 +34,20 @@ local function lock_keys(lock)
   local base = string.sub(lock, 1, -5)
   return base .. 'fence', base .. 'queue', base .. 'deadlines', base .. 'stats'
 end
+
+-- Reset the lease of the Lock at `key` to `lease_ms` from now when `token`
+-- holds it: 1 when extended, 0 when it is not (or no longer) `token`'s. The
+-- one owner check of every extend and renewal (lock_extend, lock_renew).
+local function extend_lock(key, token, lease_ms)
+  local value = redis.call('GET', key)
+  if not value then
+    return 0
+  end
+  local owner, waiters, count, fence, _, since, holder = parse_lock(value)
+  if owner ~= token then
+    return 0
+  end
+  redis.call('SET', key, lock_value(owner, waiters, count, fence, lease_ms, since, holder),
+    'PX', lease_ms)
+  return 1
+end

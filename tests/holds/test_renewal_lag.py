@@ -1,0 +1,201 @@
+"""A watchdog past its capacity says so before it loses leases, and losses
+by the thousand are logged in a line per interval, each holder still told.
+
+The capacity is made small on purpose: one renewal per Redis call
+(``RENEWAL_BATCH``) over a connection that takes a fifth of a second a
+round trip (``FaultProxy``)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from typing import Any
+
+import pytest
+import redis
+from django.test import override_settings
+
+from django_redislock import Lock, LockLostError, LockNotOwnedError
+from django_redislock import signals as lock_signals
+from django_redislock.holds import dropped
+from django_redislock.holds.dropped import LostLeases
+from django_redislock.holds.lag import Lag
+from django_redislock.holds.watchdog import watchdog
+from tests.settings import redis_cache
+from tests.support.faultproxy import FaultProxy
+
+
+class Records(logging.Handler):
+    """The WARNING records of one logger, each with when it came; ``wanted``
+    is set once one's message contains ``until``."""
+
+    def __init__(self, until: str) -> None:
+        super().__init__(logging.INFO)
+        self.until = until
+        self.seen: list[tuple[float, str]] = []
+        self.wanted = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        self.seen.append((time.monotonic(), message))
+        if self.until in message:
+            self.wanted.set()
+
+
+@contextmanager
+def records(logger: str, until: str) -> Iterator[Records]:
+    handler = Records(until)
+    logging.getLogger(logger).addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logging.getLogger(logger).removeHandler(handler)
+
+
+@contextmanager
+def losses(count: int) -> Iterator[tuple[list[tuple[float, str]], threading.Event]]:
+    """``lock_lost`` as (when, name); the event is set at the ``count``-th."""
+    lost: list[tuple[float, str]] = []
+    enough = threading.Event()
+
+    def on_lost(name: str, **kwargs: Any) -> None:
+        lost.append((time.monotonic(), name))
+        if len(lost) >= count:
+            enough.set()
+
+    lock_signals.lock_lost.connect(on_lost)
+    try:
+        yield lost, enough
+    finally:
+        lock_signals.lock_lost.disconnect(on_lost)
+
+
+@pytest.fixture
+def fresh_reports(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process's watchdog with no recent loss logged, no lag warned."""
+    monkeypatch.setattr(watchdog, "losses", LostLeases(logging.getLogger("test.losses")))
+    monkeypatch.setattr(watchdog, "lagging", Lag(type(watchdog), watchdog._census))
+
+
+def release_all(locks: list[Lock]) -> list[str]:
+    """Release every lock; the names whose release raised ``LockLostError``."""
+    lost = []
+    for lock in locks:
+        try:
+            lock.release()
+        except LockLostError:
+            lost.append(lock.name)
+        except LockNotOwnedError:
+            pass
+    return lost
+
+
+@pytest.mark.usefixtures("fresh_reports")
+def test_leases_lost_together_are_one_line_and_a_summary_each_holder_told(
+    monkeypatch: pytest.MonkeyPatch, redis_client: redis.Redis
+) -> None:
+    monkeypatch.setattr(dropped, "LOSS_INTERVAL", 2.0)
+    locks = [Lock(f"lost:together:{i}", timeout=1.5) for i in range(12)]
+    with records("test.losses", "more holds") as logged, losses(12) as (lost, all_lost):
+        for lock in locks:
+            assert lock.acquire()
+        redis_client.delete(*[f"redislock:{{{lock.name}}}:lock" for lock in locks])
+        assert all_lost.wait(10), f"only {len(lost)} of 12 told"
+        assert logged.wanted.wait(10), logged.seen
+    assert sorted(name for _, name in lost) == sorted(lock.name for lock in locks)
+    assert sorted(release_all(locks)) == sorted(lock.name for lock in locks)
+    [first, summary] = [message for _, message in logged.seen]
+    assert first.startswith("Lost the lease of lock 'lost:together:")
+    assert "the lease was gone when the watchdog renewed it" in first
+    assert summary.startswith("Lost the leases of 11 more holds in the last 2 s (lock 'lost:")
+    assert summary.count("'lost:together:") == dropped.LOSS_SAMPLE
+    assert "and 6 more" in summary
+    assert "the lease was gone when the watchdog renewed it (11)" in summary
+
+
+def test_a_loss_after_a_quiet_interval_is_logged_in_full_at_once() -> None:
+    log = LostLeases(logging.getLogger("test.losses"))
+    with records("test.losses", "") as logged:
+        assert not log.report("lock", "a", "h:1:t", 1.0, "gone")
+        assert log.report("lock", "b", "h:1:t", 1.0, "gone")
+        assert len(logged.seen) == 1
+        assert log.due() < float("inf")
+        log.flush()  # the interval is not over: nothing yet
+        assert len(logged.seen) == 1
+        log.flush(force=True)
+        assert logged.seen[1][1].startswith("Lost the leases of 1 more holds")
+        assert log.due() == float("inf")
+
+
+@pytest.mark.usefixtures("fresh_reports")
+def test_renewals_falling_behind_warn_once_before_the_first_loss(redis_url: str) -> None:
+    """One renewal per call at 0.2 s a call is 5 renewals a second; 20 leases
+    of 3 s owe 20. The warning (a fifth of a lease late) must come, once, with
+    the holds at risk and what to do, and before the first lease is lost (two
+    thirds of a lease late)."""
+    options = {"SOCKET_TIMEOUT": 2.0, "SOCKET_CONNECT_TIMEOUT": 2.0}
+    lagged: list[tuple[float, dict[str, Any]]] = []
+
+    def on_lag(**kwargs: Any) -> None:
+        lagged.append((time.monotonic(), kwargs))
+
+    lock_signals.renewal_lag.connect(on_lag)
+    with (
+        FaultProxy(redis_url) as proxy,
+        override_settings(
+            CACHES={"default": redis_cache(proxy.url, **options)},
+            REDISLOCK={"RENEWAL_BATCH": 1},
+        ),
+        records("django_redislock.watchdog", "running") as logged,
+        losses(1) as (lost, one_lost),
+    ):
+        locks = [Lock(f"lagging:{i}", timeout=3.0) for i in range(20)]
+        try:
+            for lock in locks:
+                assert lock.acquire()
+            proxy.latency = 0.1  # each way
+            assert logged.wanted.wait(10), "no lag warning"
+            assert watchdog.lag() > 0.5
+            assert one_lost.wait(15), "the overloaded watchdog lost nothing"
+        finally:
+            proxy.latency = 0.0
+            lock_signals.renewal_lag.disconnect(on_lag)
+            with suppress(Exception):
+                release_all(locks)
+    warnings = [(at, message) for at, message in logged.seen if "running" in message]
+    assert len(warnings) == 1, warnings
+    warned_at, message = warnings[0]
+    assert warned_at < lost[0][0], "the first lease was lost before the warning"
+    assert "of the 20 holds this process renews at risk" in message
+    assert "longer leases" in message and "fewer holds per process" in message
+    at, first = lagged[0]
+    assert first["lagging"] is True
+    assert first["holds"] == 20 and 1 <= first["at_risk"] <= 20
+    assert first["share"] > 0.2 and first["lag"] > 0.6
+    assert first["sender"] is type(watchdog)
+    assert at < lost[0][0]
+
+
+def test_renewals_failing_together_are_logged_a_line_a_second(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server down fails every renewal held on it, each retried: one line
+    (a second at most) says so, not one per lease."""
+    from django_redislock import LockBackendError
+
+    class Holding:
+        lease_deadline = time.monotonic() + 60
+
+    monkeypatch.setattr(watchdog, "_retry_logged", [-60.0, 0])
+    started = time.monotonic()
+    for i in range(50):
+        error = LockBackendError(f"Redis is unreachable for lock 'down:{i}'", name=f"down:{i}")
+        watchdog._failed(Holding(), started, error)  # type: ignore[arg-type]
+    lines = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
+    assert lines == ["Lease renewal failed, retrying: Redis is unreachable for lock 'down:0'"]
+    monkeypatch.setattr(watchdog, "_retry_logged", [time.monotonic() - 2, 49])
+    watchdog._failed(Holding(), started, error)
+    assert "(49 more failed since the last such line)" in caplog.records[-1].getMessage()
