@@ -170,10 +170,12 @@ class Attempt:
     on_wait: Callable[[], Call | None] | None = field(default=None)
 
 
-#: A round trip slower than this makes a refused acquire past its deadline
-#: leave the queue in the background (``acquire``): inline it would end up to
-#: a round trip (and a fresh connection's set-up) after the deadline, on top
-#: of the last attempt's; a healthy Redis answers in a millisecond or two.
+#: An attempt's round trip slower than this is planned for (``acquire``):
+#: a wait leaves room for its answer and the re-check after it, the acquire
+#: gives up when no such round fits in the budget, and a refused one leaves
+#: the queue in the background (inline, that would end a round trip, or a
+#: new connection's set-up, after the deadline). A healthy Redis answers in
+#: a millisecond or two, and its jitter below this changes nothing.
 SLOW_ROUND_TRIP = 0.1
 
 
