@@ -326,3 +326,37 @@ def test_require_lock_in_a_transaction_rolls_back_when_its_lease_ran_out_unreach
     item.refresh_from_db()
     assert item.title == "before"
     still_held_by(other_thread, taken[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_require_lock_in_a_transaction_rolls_back_when_its_lease_ends_before_the_commit(
+    proxy: FaultProxy, other_thread: OtherThread
+) -> None:
+    """Without renewal nothing reports a lease that runs out after the
+    hand-over and before the commit; the holder's own clock says it ended,
+    so the commit rolls back and raises, as for a reported loss (before, it
+    committed, and the release after it logged a warning)."""
+    from django.db import transaction
+
+    from django_redislock import require_lock
+    from tests.models import Item
+
+    item = Item.objects.create(stock=5, title="before")
+    name = f"retitle:{item.pk}"
+
+    @require_lock("retitle:<pk>", timeout=LEASE)
+    def retitle(pk: int) -> None:
+        Item.objects.filter(pk=pk).update(title="committed past the lease")
+
+    with (
+        override_settings(REDISLOCK={"AUTO_RENEW": False}),
+        capture(lock_signals.lock_lost) as lost,
+    ):
+        with pytest.raises(LockLostError), transaction.atomic():
+            retitle(item.pk)  # confirmed (its lease renewed) and handed over
+            holding = Lock(name)._holding()
+            taker = take_after_the_lease(other_thread, lambda **kw: Lock(name, **kw), holding)
+    assert [call["name"] for call in lost] == [name]
+    item.refresh_from_db()
+    assert item.title == "before"
+    still_held_by(other_thread, taker)
