@@ -14,6 +14,11 @@ Timeline of the case it covers::
                                 B: writes with 8 (fence=8) A's write: 8 < 7 is false,
                                                            refused, nothing changed
 
+What it does not cover on its own is a read-modify-write: the newer holder
+may read before the stale holder's write lands, and its own write, made from
+that read, is accepted after it (one update lost). ``fenced_update``'s
+``expected`` guard (the fence as read) refuses such a write.
+
 The check and the write are one statement, so they are atomic on every
 database Django supports; no transaction or row lock is needed for it (but
 for a multi-table child, whose parent's table is written apart: see
@@ -25,8 +30,10 @@ works before the app registry is ready.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
+from django.core.exceptions import FieldDoesNotExist
 from django.db import models, router, transaction
 from django.db.models import sql
 
@@ -69,9 +76,26 @@ def fenced_update(
     token: int,
     *,
     field: str = "fence",
+    expected: Mapping[str, Any] | None = None,
     **values: Any,
 ) -> bool:
     """Write ``values`` only where the row's ``field`` is below ``token``; whether it did.
+
+    The fence orders *writes*: a holder's write never lands after a newer
+    holder's. It does not protect a read-modify-write on its own: a stale
+    holder's write can land after a newer holder read the row and before it
+    wrote, and both writes are accepted (one increment lost). ``expected``
+    closes that gap: field names (or ``name__lookup`` filters of the fence's
+    table) and the values the row must still hold, checked in the same
+    ``UPDATE``. Pass the fence as it was read, ``expected={"fence":
+    doc.fence}``: every accepted write moves the fence up, so the write is
+    refused if anyone wrote since the read (then read again and retry, or
+    give up). Timeline::
+
+        A: acquire -> 7, (lease runs out)    B: acquire -> 8, reads (n=10, fence=6)
+        A: writes n=11 with 7 (6 < 7: ok)    B: writes n=11 with 8 (7 < 8: ok): lost
+        with expected={"fence": 6}:          B's write is refused (fence is 7):
+                                             B reads n=11, writes n=12
 
     ``target`` is a saved model instance (its row, by primary key, in the
     database and through the manager its ``save()`` would write with) or a
@@ -99,10 +123,11 @@ def fenced_update(
     token = check_token(token)
     if not isinstance(field, str) or not field:
         raise TypeError(f"field must be the name of the fence field, not {field!r}.")
+    guards = check_expected(expected)
     if isinstance(target, models.Model):
         if target.pk is None:
             raise ValueError("target must be a saved model instance (its pk is None).")
-        if _write_instance(target, token, field, values):
+        if _write_instance(target, token, field, values, guards):
             setattr(target, field, token)
             return True
         return False
@@ -110,7 +135,7 @@ def fenced_update(
         raise TypeError(
             f"target must be a model instance or a QuerySet, not {type(target).__name__}."
         )
-    guarded = target.filter(**{f"{field}__lt": token})
+    guarded = target.filter(**{f"{field}__lt": token}, **guards)
     writes = {**values, field: token}
     if _spans_tables(guarded, writes):
         raise ValueError(
@@ -122,6 +147,21 @@ def fenced_update(
     return bool(guarded.update(**writes))
 
 
+def check_expected(expected: object) -> dict[str, Any]:
+    """``expected`` as filters: ``None`` for none, else a mapping of names to values."""
+    if expected is None:
+        return {}
+    if not isinstance(expected, Mapping):
+        raise TypeError(
+            f"expected must be a mapping of field names to the values read "
+            f"(expected={{'fence': row.fence}}), not {type(expected).__name__}."
+        )
+    for name in expected:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"expected's keys must be field names, not {name!r}.")
+    return dict(expected)
+
+
 def _spans_tables(queryset: models.QuerySet[Any], writes: dict[str, Any]) -> bool:
     """Whether Django would run this update as a ``SELECT`` of ids (or a
     subquery) plus an ``UPDATE`` by id, as ``SQLUpdateCompiler`` decides."""
@@ -131,11 +171,18 @@ def _spans_tables(queryset: models.QuerySet[Any], writes: dict[str, Any]) -> boo
     return bool(query.get_related_updates()) or query.count_active_tables() > 1
 
 
-def _write_instance(target: models.Model, token: int, field: str, values: dict[str, Any]) -> bool:
+def _write_instance(
+    target: models.Model,
+    token: int,
+    field: str,
+    values: dict[str, Any],
+    guards: dict[str, Any],
+) -> bool:
     """The fenced write of one saved instance, as its ``save()`` would write it:
     in the routers' database, else the one it came from (never a read replica
     it was read from), through the base manager (a default manager may hide
-    the row). The fence's table is written first, by itself, with the check;
+    the row). The fence's table is written first, by itself, with the check
+    (and the ``expected`` guards, which must name its own columns);
     the instance's other tables (a multi-table child's) after it, in the same
     transaction, which holds the fence row's lock until they are written."""
     model = type(target)
@@ -143,6 +190,7 @@ def _write_instance(target: models.Model, token: int, field: str, values: dict[s
     using = router.db_for_write(model, instance=target)
     owner = meta.get_field(field).model._meta.concrete_model
     assert owner is not None
+    _check_guards_in(owner, meta, guards, field)
     fenced: dict[str, Any] = {field: token}
     rest: dict[str, Any] = {}
     for name, value in values.items():
@@ -151,7 +199,7 @@ def _write_instance(target: models.Model, token: int, field: str, values: dict[s
     pk_field = owner._meta.pk
     assert pk_field is not None
     fence_row = owner._base_manager.db_manager(using).filter(
-        pk=getattr(target, pk_field.attname), **{f"{field}__lt": token}
+        pk=getattr(target, pk_field.attname), **{f"{field}__lt": token}, **guards
     )
     row = model._base_manager.db_manager(using).filter(pk=target.pk)
     if owner is meta.concrete_model and not rest:
@@ -162,3 +210,23 @@ def _write_instance(target: models.Model, token: int, field: str, values: dict[s
         if rest:
             row.update(**rest)
     return True
+
+
+def _check_guards_in(owner: Any, meta: Any, guards: dict[str, Any], field: str) -> None:
+    """Each ``expected`` guard must be a column of the fence's own table (a
+    plain field, then lookups only): it is checked in that table's
+    ``UPDATE``, with the fence."""
+    for name in guards:
+        base, _, rest = name.partition("__")
+        try:
+            found = meta.get_field(base)
+        except FieldDoesNotExist:
+            raise ValueError(
+                f"expected names {name!r}, but {meta.model.__name__} has no field {base!r}."
+            ) from None
+        if found.model._meta.concrete_model is not owner or (found.is_relation and rest):
+            raise ValueError(
+                f"expected can only guard columns of the table that holds {field!r} "
+                f"({owner.__name__}), not {name!r}; guard on the fence you read "
+                f"(expected={{{field!r}: row.{field}}}) instead."
+            )

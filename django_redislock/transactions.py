@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -44,8 +45,16 @@ class _Handed:
         self.strict = strict
 
     def lost(self) -> bool:
+        """Whether the transaction must not commit: the hold was reported
+        lost, or its lease ended by the holder's own clock (never later than
+        Redis's) with nothing renewing it (``auto_renew=False``), which no
+        one would report; reported here, once."""
         holding = self.lock._holding()
-        return self.strict and holding is not None and holding.lost is not None
+        if not self.strict or holding is None:
+            return False
+        if holding.lost is None and time.monotonic() >= holding.lease_deadline:
+            holding.mark_lost("its lease had ended before its transaction committed")
+        return holding.lost is not None
 
     def end(self, owner: TransactionLocks, *, now: bool = False) -> bool:
         """``owner``'s transaction ended (``now``: release it whatever the

@@ -244,3 +244,46 @@ def test_a_queryset_whose_update_would_leave_the_check_out_of_it_is_refused() ->
     row = FencedChild.objects.get(pk=child.pk)
     assert (row.fence, row.value, row.note) == (0, "a", "n")
     assert fenced_update(FencedRecord.objects.filter(pk=child.pk), 5, value="b")
+
+
+def test_expected_refuses_a_write_whose_read_went_stale() -> None:
+    """``expected`` is checked in the same UPDATE as the fence: the fence as
+    read refuses the write once anyone wrote since (a plain fence check lets
+    a write from an older token land in between; see
+    tests/faults/test_fenced_read_modify_write.py)."""
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create(writes=3, fence=6)
+    read = FencedRecord.objects.get(pk=record.pk)
+    assert fenced_update(record, 7, writes=4)  # an older holder writes after the read
+    assert not fenced_update(read, 8, expected={"fence": read.fence}, writes=read.writes + 1)
+    assert read.fence == 6  # not written: the instance keeps what was read
+    again = FencedRecord.objects.get(pk=read.pk)
+    assert fenced_update(again, 8, expected={"fence": again.fence}, writes=again.writes + 1)
+    assert again.fence == 8
+    queryset = FencedRecord.objects.filter(pk=record.pk)
+    assert not fenced_update(queryset, 9, expected={"writes__lt": 5}, writes=F("writes") + 1)
+    assert fenced_update(queryset, 9, expected={"writes": 5}, writes=F("writes") + 1)
+    record.refresh_from_db()
+    assert (record.writes, record.fence) == (6, 9)
+
+
+def test_expected_on_a_multi_table_child_guards_the_fences_own_table() -> None:
+    from tests.models import FencedChild
+
+    child = FencedChild.objects.create(value="a", note="n")
+    assert fenced_update(child, 5, expected={"fence": 0, "value": "a"}, note="m")
+    with pytest.raises(ValueError, match="table that holds 'fence'"):
+        fenced_update(child, 6, expected={"note": "m"}, value="b")
+    with pytest.raises(ValueError, match="no field 'nope'"):
+        fenced_update(child, 6, expected={"nope": 1}, value="b")
+    assert FencedChild.objects.get(pk=child.pk).fence == 5
+
+
+@pytest.mark.parametrize("expected", ["fence", [("fence", 1)], {1: 2}, {"": 0}])
+def test_bad_expected(expected: Any) -> None:
+    from tests.models import FencedRecord
+
+    record = FencedRecord.objects.create()
+    with pytest.raises(TypeError, match="expected"):
+        fenced_update(record, 1, expected=expected, value="x")

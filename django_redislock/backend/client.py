@@ -205,6 +205,9 @@ def wait_chunk(client: Any) -> float:
 #: (a Redis Cluster none of whose nodes answers raises ``RedisClusterException``,
 #: which is no ``RedisError``).
 BACKEND_ERRORS = (RedisError, RedisClusterException, OSError)
+#: What redis-py raises when it dropped the connection a command was on (it
+#: timed out, or the connection broke): the next command needs a new one.
+DROPPED = (redis.ConnectionError, redis.TimeoutError, OSError)
 
 
 def backend_error(name: str, exc: BaseException) -> LockBackendError:

@@ -224,6 +224,27 @@ class Siblings:
 siblings = Siblings()
 
 
+def must_connect(client: Any) -> bool:
+    """Whether ``client``'s next command will have to set up a connection
+    first (none idle in its pool, or the one it would take was dropped):
+    several round trips (``HELLO``, ``CLIENT SETINFO``, ...), each under the
+    socket timeout, together under no bound at all. Read from the pools
+    redis-py has had since 5.0, which hand out the idle connection released
+    last; ``False`` for any other pool, whose steps run as they always did."""
+    pool = getattr(client, "connection_pool", None)
+    try:
+        if isinstance(pool, redis.BlockingConnectionPool):
+            idle = pool.pool.queue  # None for a slot with no connection made yet
+        elif type(pool) is redis.ConnectionPool:
+            idle = pool._available_connections
+        else:
+            return False
+        last = idle[-1] if idle else None
+    except (AttributeError, IndexError, TypeError):  # another redis-py: as before
+        return False
+    return last is None or getattr(last, "_sock", None) is None
+
+
 #: Worker threads per server for commands on pools without a plain sibling: a
 #: command that hangs keeps its worker until its socket timeout, so there are several.
 #: Waits (``BLPOP``) have threads of their own (``drivers.waits``): a command

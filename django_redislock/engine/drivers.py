@@ -220,15 +220,24 @@ def _threads(step: Step) -> bounds.Workers:
 
 
 def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
-    """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis."""
-    bound = bounds.siblings.get(client, deadline - time.monotonic())
+    """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis,
+    or on a slow one where it must set up a connection first (``must_connect``:
+    each round trip of that is under the socket timeout, all of them under no
+    bound), then on a worker thread waited for at most the budget."""
+    remaining = deadline - time.monotonic()
+    bound = bounds.siblings.get(client, remaining)
     try:
         if bound is not None and bound.client is None:  # no sibling: a worker thread
             func, args = _sync_call(step, client, bound)
             # the caller's context: a tracer's span of the command keeps its parent
             run = contextvars.copy_context().run
             return _threads(step).call(bound.seconds, run, func, *args, server=client)
-        func, args = _sync_call(step, client if bound is None else bound.client, bound)
+        target = client if bound is None else bound.client
+        func, args = _sync_call(step, target, bound)
+        if bounds.must_connect(target):
+            seconds = bounds.bucket(remaining) if bound is None else bound.seconds
+            run = contextvars.copy_context().run
+            return _threads(step).call(seconds, run, func, *args, server=target)
         return func(*args)
     except _TIMEOUTS as exc:
         _unanswered(step, client, deadline, exc)
@@ -267,22 +276,25 @@ async def _within(
 async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float) -> Any:
     """``_run_bounded`` on asyncio: the bound is an ``asyncio.timeout``; where
     there is no asyncio client the step runs on a worker (``bounds.workers``),
-    whose future a clean-up follows."""
-    bound = bounds.siblings.get(conn.sync, deadline - time.monotonic())
+    whose future a clean-up follows. Bounded by the budget even where the
+    client's own socket timeout is shorter: that bounds each round trip, not
+    a new connection's set-up (several of them) nor a ``NOSCRIPT`` reload."""
+    remaining = deadline - time.monotonic()
+    bound = bounds.siblings.get(conn.sync, remaining)
+    seconds = bound.seconds if bound is not None else bounds.bucket(remaining)
     run: Awaitable[Any]
-    if bound is not None and conn.aio is None:
+    if conn.aio is None:
         func, args = _sync_call(step, conn.sync, bound)
         future = _threads(step).submit(
             contextvars.copy_context().run, func, *args, server=conn.sync
         )
-        run = _within(step, conn, asyncio.wrap_future(future), bound.seconds, future)
+        run = _within(step, conn, asyncio.wrap_future(future), seconds, future)
     else:
         if isinstance(step, Call):
             run = conn.run(step.script, step.keys, step.args)
         else:
             run = conn.wait_signal(step.key, _blpop_timeout(step.timeout, bound))
-        if bound is not None:
-            run = _within(step, conn, run, bound.seconds)
+        run = _within(step, conn, run, seconds)
     try:
         return await run
     except _TIMEOUTS as exc:  # the connection's own socket timeout

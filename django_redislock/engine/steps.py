@@ -197,13 +197,26 @@ class Attempt:
     on_wait: Callable[[], Call | None] | None = field(default=None)
 
 
-def wait_seconds(hint_ms: int, chunk: float, deadline: float | None) -> float:
-    """How long one BLPOP may block: the lease hint, the chunk, the deadline."""
+#: An attempt's round trip slower than this is planned for (``acquire``):
+#: a wait leaves room for its answer and the re-check after it, the acquire
+#: gives up when no such round fits in the budget, and a refused one leaves
+#: the queue in the background (inline, that would end a round trip, or a
+#: new connection's set-up, after the deadline). A healthy Redis answers in
+#: a millisecond or two, and its jitter below this changes nothing.
+SLOW_ROUND_TRIP = 0.1
+
+
+def wait_seconds(
+    hint_ms: int, chunk: float, deadline: float | None, round_trip: float = 0.0
+) -> float:
+    """How long one BLPOP may block: the lease hint, the chunk, the deadline,
+    less two ``round_trip`` (its answer, then the re-check after it), so the
+    re-check is answered by the deadline on a slow Redis too."""
     wait = chunk
     if hint_ms > 0:
         wait = min(wait, hint_ms / 1000.0)
     if deadline is not None:
-        wait = min(wait, deadline - time.monotonic())
+        wait = min(wait, deadline - time.monotonic() - 2 * round_trip)
     return max(wait, backend.MIN_WAIT_CHUNK)
 
 
@@ -240,20 +253,22 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     queued = waited = False
     deadline = attempt.deadline
     call = bounded(attempt.call, deadline)
+    round_trip = 0.0  # the last attempt's, a new connection's set-up included
     try:
         while True:
             started = time.monotonic()
             status, value = attempt.parse((yield call))
+            round_trip = time.monotonic() - started
             if status != REFUSED:
                 if status not in (HELD, HANDED) and queued:
-                    yield bounded(attempt.leave, deadline)
+                    yield _leave(attempt, deadline, round_trip)
                 return Outcome(status, value, started, waited)
             queued = attempt.may_wait
-            if not queued or (deadline is not None and time.monotonic() >= deadline):
+            if not queued or _spent(deadline, round_trip):
                 if queued:
-                    yield bounded(attempt.leave, deadline)
+                    yield _leave(attempt, deadline, round_trip)
                 return Outcome(REFUSED, value, started, waited)
-            wait = wait_seconds(value, attempt.chunk, deadline)
+            wait = wait_seconds(value, attempt.chunk, deadline, _slow(round_trip))
             signal = yield Wait(attempt.signal_key, wait, deadline)
             waited = True
             if (
@@ -271,8 +286,16 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
         # Redis did not answer within the budget, or the caller gave up on a
         # command still on its way from a worker thread (drivers.in_thread):
         # the clean-up is sent in the background (bounds.Janitor), after it.
+        # So it is when Redis failed (redis-py dropped the connection: a new
+        # one's set-up, several round trips, and a first NOSCRIPT would not
+        # be bounded by the deadline): the caller never waits on a clean-up
+        # that could outlive its deadline.
         unanswered = isinstance(exc, backend.Unanswered)
-        behind = unanswered or getattr(exc, "after", None) is not None
+        behind = (
+            unanswered
+            or getattr(exc, "after", None) is not None
+            or isinstance(exc, backend.DROPPED)
+        )
         cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
         if cleanup is not None:
             try:
@@ -286,6 +309,29 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
         if isinstance(exc, backend.BACKEND_ERRORS):
             raise backend.backend_error(attempt.name, exc) from exc
         raise
+
+
+def _slow(round_trip: float) -> float:
+    """``round_trip`` where it is slow enough to plan for, else 0 (a healthy
+    Redis's jitter must not cut waits short)."""
+    return round_trip if round_trip > SLOW_ROUND_TRIP else 0.0
+
+
+def _spent(deadline: float | None, round_trip: float) -> bool:
+    """Whether the budget is spent: the deadline passed, or on a slow Redis
+    it would pass before a wait's answer and the re-check after it came back."""
+    return deadline is not None and time.monotonic() + 2 * _slow(round_trip) >= deadline
+
+
+def _leave(attempt: Attempt, deadline: float | None, round_trip: float) -> Call:
+    """Leaving the queue after the acquire came to an end: at once, bounded
+    by the deadline, while Redis answers promptly; in the background (the
+    janitor) once the budget is spent on a slow Redis, where the caller would
+    wait a round trip or more past the deadline."""
+    leave = attempt.leave
+    if _slow(round_trip) and _spent(deadline, round_trip):
+        return Call(leave.script, leave.keys, leave.args, True, deadline, True)
+    return bounded(leave, deadline)
 
 
 def single(call: Call, name: str) -> Generator[Step, Any, Any]:

@@ -325,6 +325,25 @@ class Holding:
             reason=reason,
         )
 
+    def lapsed(self, sent: float, action: str) -> bool:
+        """Whether a release or extend sent at ``sent`` (``time.monotonic()``)
+        that Redis did not answer leaves this hold certainly lost: reported
+        lost already (the watchdog, an earlier call), or its lease had ended
+        by this holder's own clock before it was sent. The lease is measured
+        from before the acquire (or the last renewal) was sent, so it ends
+        no later than Redis's: another holder may have been let in while
+        this one's section still ran, and the holder must hear of it
+        (``LockLostError``, ``lock_lost`` once) rather than of an
+        unreachable Redis alone. A call sent in time that went unanswered
+        proves nothing either way: the section ended before its lease did.
+        Reported here, so before ``end()``."""
+        if self.lost is None and sent >= self.lease_deadline:
+            self.mark_lost(
+                f"its lease had ended before the holder {action}, "
+                "and Redis could not be reached to tell"
+            )
+        return self.lost is not None
+
     def _count_lost(self) -> None:
         """Tallied and written in the background (``counters``): often the
         lease was lost because its server hangs, and the reports of the other

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import weakref
 from typing import Any
 
@@ -22,6 +23,7 @@ from django_redislock.backend.values import parse_lock_value
 from django_redislock.engine import drivers
 from django_redislock.engine.drivers import AsyncConnection
 from django_redislock.engine.steps import AcquireResult
+from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid
 from django_redislock.holds.registry import Registry, current_task, forget_when_done, task_registry
 from django_redislock.primitives.base import AsyncPrimitive
@@ -97,12 +99,17 @@ class AsyncLock(LockBase, AsyncPrimitive):
             raise self._not_owned()
         holding.releasing = holding.depth <= 1
         conn = AsyncConnection(holding.client)
+        sent = time.monotonic()
         try:
             try:
                 with backend.translate_errors(self.name):
                     result = await conn.run_to_the_end(
                         LOCK_RELEASE, holding.keys, self._release_args(holding)
                     )
+            except LockBackendError as exc:
+                error = self._unreachable(holding, exc, sent, "released it")
+                self._release_failed(holding)
+                raise error from error.__cause__
             except BaseException:
                 self._release_failed(holding)
                 raise

@@ -11,6 +11,7 @@ and ``Redlock``.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -20,7 +21,7 @@ from django_redislock.backend import client as backend
 from django_redislock.conf import LockSettings, generation, get_settings
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import AcquireResult, Call, Step
-from django_redislock.exceptions import LockLostError
+from django_redislock.exceptions import LockBackendError, LockError, LockLostError
 from django_redislock.holds.holding import Holding
 from django_redislock.primitives.guarded import Guarded, Worded
 from django_redislock.validation import (
@@ -238,13 +239,36 @@ class Primitive(Worded, signals.Announcer, Options):
             raise self._lost(holding)
         lease = lease or holding.lease
         call = Call(holding.renew_script, *holding.renew_call(lease))
+        sent = time.monotonic()
         with holding.extending(lease) as extended:
-            if ours := (yield from protocol.single(call, self.name)):
+            try:
+                ours = yield from protocol.single(call, self.name)
+            except LockBackendError as exc:
+                error = self._unreachable(holding, exc, sent, "extended it")
+                raise error from error.__cause__
+            if ours:
                 extended()
         if not ours:
             holding.mark_lost("the lease was gone when the holder extended it")
         if not ours or holding.lost is not None:
             raise self._lost(holding)
+
+    def _unreachable(
+        self, holding: Holding, exc: BaseException, sent: float, action: str
+    ) -> LockError:
+        """The error for a release or extend sent at ``sent`` that Redis did
+        not answer (``exc``): ``LockLostError`` when that leaves the hold
+        certainly lost (``Holding.lapsed``, which reports it), chained to the
+        ``LockBackendError``, else that ``LockBackendError`` (the redis-py
+        error chained). Raise it ``from`` its ``__cause__``, set here."""
+        error = exc if isinstance(exc, LockBackendError) else backend.backend_error(self.name, exc)
+        if error is not exc:
+            error.__cause__ = exc
+        if not holding.lapsed(sent, action):
+            return error
+        lost = self._lost(holding)
+        lost.__cause__ = error
+        return lost
 
 
 _Async = TypeVar("_Async", bound="AsyncPrimitive")

@@ -17,6 +17,7 @@ against a waiter that first has to wake up, and other processes starve.
 from __future__ import annotations
 
 import threading
+import time
 
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import LOCK_RELEASE
@@ -99,19 +100,26 @@ class Lock(ThreadHandle, LockBase, SyncPrimitive):
         """Release one level of this holder's hold.
 
         Raises ``LockNotOwnedError`` when this holder does not hold the lock and
-        ``LockLostError`` when it did but the lease was lost in the meantime.
+        ``LockLostError`` when it did but the lease was lost in the meantime,
+        also when Redis cannot be reached to release it and the lease had
+        ended by this holder's clock before the release was sent (or was
+        reported lost): then ``LockBackendError`` is chained. Otherwise an
+        unreachable Redis is a ``LockBackendError``; the lease frees the lock.
         """
         holding = self._holding()
         if holding is None:
             raise self._not_owned()
         holding.releasing = holding.depth <= 1
+        sent = time.monotonic()
         try:
             try:
                 result = LOCK_RELEASE(holding.client, holding.keys, self._release_args(holding))
-            except BaseException as exc:
+            except backend.BACKEND_ERRORS as exc:
+                error = self._unreachable(holding, exc, sent, "released it")
                 self._release_failed(holding)
-                if isinstance(exc, backend.BACKEND_ERRORS):
-                    raise backend.backend_error(self.name, exc) from exc
+                raise error from error.__cause__
+            except BaseException:
+                self._release_failed(holding)
                 raise
             self._after_release(holding, result)
         finally:

@@ -184,15 +184,17 @@ class MultiLock(Guarded, Options):
         """Release every part, in reverse order, even when one of them fails.
 
         Raises ``LockNotOwnedError`` when this handle holds none of the parts,
-        and then the first ``LockLostError`` (or backend error) met, after
-        trying every part.
+        and, after trying every part, the first ``LockLostError`` met (a part
+        lost makes the whole set lost, whatever the others raised), else the
+        first other error (``LockBackendError``).
         """
         first: BaseException | None = None
         for lock in reversed(self._held_parts()):
             try:
                 lock.release()
             except Exception as exc:
-                if first is None:
+                lost = isinstance(exc, LockLostError)
+                if first is None or (lost and not isinstance(first, LockLostError)):
                     first = exc
         if first is not None:
             raise first

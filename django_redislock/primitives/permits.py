@@ -40,6 +40,7 @@ from django_redislock.engine.steps import (
     Step,
     permit_reply,
 )
+from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid, holder_description, new_token
 from django_redislock.holds.registry import forget_when_done
 from django_redislock.holds.watchdog import watchdog
@@ -274,7 +275,10 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         """Return this holder's latest permit.
 
         Raises ``LockNotOwnedError`` when this holder holds none, and
-        ``LockLostError`` when its lease ended (or was cleared) before the release.
+        ``LockLostError`` when its lease ended (or was cleared) before the
+        release, also when Redis cannot be reached to release it and the
+        lease had ended by this holder's clock before the release was sent
+        (``LockBackendError`` chained; see ``Lock.release``).
         """
         stack = self._stack()
         if not stack:
@@ -282,12 +286,15 @@ class PermitPrimitive(PermitBase, SyncPrimitive):
         holding = stack.pop()
         holding.releasing = True
         keys, args = self._release_call(holding)
+        sent = time.monotonic()
         try:
             result = self.release_script(holding.client, keys, args)
-        except BaseException as exc:
+        except backend.BACKEND_ERRORS as exc:
+            error = self._unreachable(holding, exc, sent, "released it")
             holding.end()  # the lease frees the permit if Redis was not told
-            if isinstance(exc, backend.BACKEND_ERRORS):
-                raise backend.backend_error(self.name, exc) from exc
+            raise error from error.__cause__
+        except BaseException:
+            holding.end()
             raise
         self._after_release(holding, result)
 
@@ -354,10 +361,15 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         holding = stack.pop()
         holding.releasing = True
         keys, args = self._release_call(holding)
+        sent = time.monotonic()
         try:
             with backend.translate_errors(self.name):
                 conn = AsyncConnection(holding.client)
                 result = await conn.run_to_the_end(self.release_script, keys, args)
+        except LockBackendError as exc:
+            error = self._unreachable(holding, exc, sent, "released it")
+            holding.end()
+            raise error from error.__cause__
         except BaseException:
             holding.end()
             raise

@@ -25,6 +25,9 @@ from django_redislock import signals
 from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from django_redislock.conf import LockSettings, get_settings
 from django_redislock.engine.steps import HELD_RESULT, AcquireResult
+from django_redislock.exceptions import (
+    LockBackendError,
+)
 from django_redislock.holds.holding import holder_description, new_token
 from django_redislock.holds.registry import HoldKey, ThreadHandle
 from django_redislock.holds.watchdog import watchdog
@@ -291,6 +294,7 @@ class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
         holding.releasing = True
         watchdog.unwatch(holding)
         call = lock_call(LOCK_RELEASE, holding.redlock_keys, holding.token)
+        sent = time.monotonic()
         try:
             # every server's answer, each awaited RELEASE_TIMEOUT at most: a
             # hung one costs that, not the lease (or, with no socket timeout,
@@ -307,11 +311,15 @@ class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
         needed = quorum(len(results))
         if released < needed and len(results) - not_ours < needed:
             holding.mark_lost("a majority no longer held it when it was released")
+        # too few answered: lost if its lease had ended before the release was sent
+        failed = too_few_error(self.name, results, "release") if released < needed else None
+        if failed is not None:
+            holding.lapsed(sent, "released it")
         holding.end()
         if holding.lost is not None:
-            raise self._lost(holding)
-        if released < needed:
-            raise too_few_error(self.name, results, "release")
+            raise self._lost(holding) from failed
+        if failed is not None:
+            raise failed from failed.__cause__
         self._announce_released(holding.acquired_at)
 
     def extend(self, seconds: float | None = None) -> None:
@@ -327,10 +335,20 @@ class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
             raise self._lost(holding)
 
     def _extend_holding(self, holding: RedlockHolding, lease: float, action: str) -> bool:
+        """Extend on every server; ``False`` when the hold is lost (reported),
+        also when too few servers answered and its lease had ended before the
+        extend was sent (``LockLostError`` chained to that ``LockBackendError``)."""
         if holding.lost is not None:
             return False
+        sent = time.monotonic()
         with holding.extending(lease) as extended:
-            if ours := holding.extend_all(lease):
+            try:
+                ours = holding.extend_all(lease)
+            except LockBackendError as exc:
+                if holding.lapsed(sent, action):
+                    raise self._lost(holding) from exc
+                raise
+            if ours:
                 extended()
         if ours:
             return holding.lost is None  # reported lost while the extend was on its way
