@@ -251,28 +251,32 @@ class Watchdog(Settling):
         self.losses.flush()
         with self._cond:
             now = time.monotonic()
-            if not self._watched:
-                idle_since[:] = idle_since or [now]
-                if now - idle_since[0] >= IDLE_EXIT:
-                    self._thread = None
-                    self._wake_at = float("inf")
-                    exiting = True
-                else:
-                    exiting = False
-                    self._wake_at = min(idle_since[0] + IDLE_EXIT, self.losses.due())
-                    self._cond.wait(max(self._wake_at - now, 0.0))
-                if not exiting:
-                    return True
-            else:
+            if self._watched:
                 idle_since.clear()
-                due = self._due_or_wait(now)
-                exiting = False
-        if exiting:
-            self.losses.flush(force=True)  # nobody else would log it
+                due: dict[Hashable, list[_Job]] | None = self._due_or_wait(now)
+            elif self._idle(idle_since, now):
+                return True
+            else:
+                due = None
+        if due is None:  # the thread is unregistered
+            self.losses.flush(force=True)  # nobody else would log them
             return False
         for lane, jobs in due.items():
             self._dispatch(lane, jobs)
         return True
+
+    def _idle(self, idle_since: list[float], now: float) -> bool:
+        """(Under ``_cond``.) Nothing to renew: wait for work, a summary of
+        losses to log, or ``IDLE_EXIT``; ``False`` once idle that long (the
+        thread unregistered)."""
+        idle_since[:] = idle_since or [now]
+        if now - idle_since[0] < IDLE_EXIT:
+            self._wake_at = min(idle_since[0] + IDLE_EXIT, self.losses.due())
+            self._cond.wait(max(self._wake_at - now, 0.0))
+            return True
+        self._thread = None
+        self._wake_at = float("inf")
+        return False
 
     def _due_or_wait(self, now: float) -> dict[Hashable, list[_Job]]:
         """The jobs due (renewals, and reports of renewals overdue), per lane;

@@ -199,3 +199,34 @@ def test_renewals_failing_together_are_logged_a_line_a_second(
     monkeypatch.setattr(watchdog, "_retry_logged", [time.monotonic() - 2, 49])
     watchdog._failed(Holding(), started, error)
     assert "(49 more failed since the last such line)" in caplog.records[-1].getMessage()
+
+
+def test_the_lag_is_told_when_it_starts_and_ends_and_warned_once_a_minute(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="django_redislock.watchdog")
+    lagged: list[dict[str, Any]] = []
+
+    def on_lag(**kwargs: Any) -> None:
+        lagged.append(kwargs)
+
+    lag = Lag(type(watchdog), lambda: (7, 40, 120.0))
+    lock_signals.renewal_lag.connect(on_lag)
+    try:
+        now = time.monotonic()
+        lag.observe(0.3, 0.15, 256, now)  # under a fifth of the lease: nothing
+        lag.observe(0.5, 0.25, 256, now)
+        lag.observe(0.6, 0.3, 256, now)  # still behind: told once
+        lag.observe(0.1, 0.05, 256, now + 1)  # caught up
+        lag.observe(0.5, 0.25, 256, now + 2)  # behind again, within the minute
+    finally:
+        lock_signals.renewal_lag.disconnect(on_lag)
+    assert [call["lagging"] for call in lagged] == [True, False, True]
+    assert lagged[0]["at_risk"] == 7 and lagged[0]["holds"] == 40
+    assert lagged[0]["lag"] == 0.5 and lagged[0]["share"] == 0.25
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "0.50 s late (25% of a lease) with 7 of the 40 holds" in warnings[0].getMessage()
+    assert "owes 120" in warnings[0].getMessage()
+    assert any(r.getMessage().startswith("Lease renewals caught up") for r in caplog.records)
+    assert lag.last == 0.5
