@@ -300,7 +300,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _log(self, request: HttpRequest, info: inspection.HeldInfo, released: int) -> None:
         holders = ", ".join(h.holder for h in info.holders)
         message = (
-            f"Force-released {info.kind} (fencing token {info.fencing_token}, "
+            f"Force-released {info.kind} (fencing token {info.fencing_token or 'none taken'}, "
             f"holders: {holders}, released {released})"
         )
         audit.log_force_release(

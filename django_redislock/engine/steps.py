@@ -241,24 +241,46 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     except GeneratorExit:
         raise
     except BaseException as exc:
-        # Redis did not answer within the budget, or the caller gave up on a
-        # command still on its way from a worker thread (drivers.in_thread):
-        # the clean-up is sent in the background (bounds.Janitor), after it.
-        unanswered = isinstance(exc, backend.Unanswered)
-        behind = unanswered or getattr(exc, "after", None) is not None
         cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
-        if cleanup is not None:
-            try:
-                yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
-            except backend.BACKEND_ERRORS as cleanup_exc:
-                logger.debug(
-                    "Could not clean up an interrupted acquire of %r: %s", attempt.name, cleanup_exc
-                )
-        if unanswered:
-            raise backend.unanswered_error(attempt.name, exc) from exc
-        if isinstance(exc, backend.BACKEND_ERRORS):
-            raise backend.backend_error(attempt.name, exc) from exc
+        yield from interrupted(attempt.name, cleanup, deadline, exc)
+        raise  # pragma: no cover - interrupted() raises
+
+
+def opening(call: Call, name: str, undo: Callable[[], Call]) -> Generator[Step, Any, Any]:
+    """One plain attempt sent before any script (a Lock's ``SET NX``), its
+    reply returned. Interrupted, it is cleaned up as ``acquire``'s attempts
+    are: ``undo()`` builds the clean-up (only then: the common case never
+    needs it), sent before the exception goes on."""
+    try:
+        return (yield call)
+    except GeneratorExit:
         raise
+    except BaseException as exc:
+        yield from interrupted(name, undo(), call.deadline, exc)
+        raise  # pragma: no cover - interrupted() raises
+
+
+def interrupted(
+    name: str, cleanup: Call | None, deadline: float | None, exc: BaseException
+) -> Generator[Step, Any, None]:
+    """Send ``cleanup`` (best effort: a Redis error there must not replace
+    the original), then raise ``exc``; Redis failures as ``LockBackendError``.
+
+    Redis did not answer within the budget, or the caller gave up on a
+    command still on its way from a worker thread (drivers.in_thread): the
+    clean-up is sent in the background (bounds.Janitor), after it."""
+    unanswered = isinstance(exc, backend.Unanswered)
+    behind = unanswered or getattr(exc, "after", None) is not None
+    if cleanup is not None:
+        try:
+            yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
+        except backend.BACKEND_ERRORS as cleanup_exc:
+            logger.debug("Could not clean up an interrupted acquire of %r: %s", name, cleanup_exc)
+    if unanswered:
+        raise backend.unanswered_error(name, exc) from exc
+    if isinstance(exc, backend.BACKEND_ERRORS):
+        raise backend.backend_error(name, exc) from exc
+    raise exc
 
 
 def single(call: Call, name: str) -> Generator[Step, Any, Any]:

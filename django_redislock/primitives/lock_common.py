@@ -11,7 +11,14 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
+from django_redislock.backend.scripts import (
+    LOCK_ACQUIRE,
+    LOCK_CANCEL,
+    LOCK_EXTEND,
+    LOCK_FENCE,
+    LOCK_RELEASE,
+    LOCK_TAKE,
+)
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import (
     HANDED,
@@ -34,14 +41,17 @@ ACQUIRED, NOT_OURS = HELD, -1
 def acquire_reply(reply: int) -> tuple[int, int]:
     """``(status, value)`` of the acquire script's one-integer reply.
 
-    Held: the fencing token (> 0); 0: a reentrant acquire found the lock no
-    longer ours; below 0: refused, with a retry hint of ``-1 - reply`` ms.
+    Held: the fencing token (> 0), or -1 when none is taken yet (the value is
+    then 0: taken on first use); 0: a reentrant acquire found the lock no
+    longer ours; below -1: refused, with a retry hint of ``-2 - reply`` ms.
     """
     if reply > 0:
         return ACQUIRED, reply
+    if reply == -1:
+        return ACQUIRED, 0
     if reply == 0:
         return NOT_OURS, 0
-    return REFUSED, -1 - reply
+    return REFUSED, -2 - reply
 
 
 #: Why a hold found gone when its holder acquired the name again is lost.
@@ -62,17 +72,29 @@ class LockBase(Handle, Primitive):
         """How long this acquire has waited so far, in ms, for the counters."""
         return int((time.monotonic() - begun) * 1000)
 
+    #: Whether an acquire takes its fencing token at once (``fencing=True``)
+    #: rather than on first use of ``fencing_token``.
+    _fencing = False
+
     @staticmethod
     def _attempt_args(
-        token: str, lease_ms: int, mode: str, holder: str, waiter_ttl_ms: int, stats_ttl_ms: int
+        token: str,
+        lease_ms: int,
+        mode: str,
+        fenced: bool,
+        holder: str,
+        waiter_ttl_ms: int,
+        stats_ttl_ms: int,
+        since_ms: int,
     ) -> dict[str, Any]:
         """The acquire script's ARGV by name, for a first attempt (no ``waited_ms`` yet)."""
         return {
             "token": token,
             "lease_ms": lease_ms,
             "mode": mode,
+            "fenced": 1 if fenced else 0,
             "holder": holder,
-            "since_ms": int(time.time() * 1000),
+            "since_ms": since_ms,
             "waiter_ttl_ms": waiter_ttl_ms,
             "stats_ttl_ms": stats_ttl_ms,
         }
@@ -163,10 +185,12 @@ class LockBase(Handle, Primitive):
 
         Bounded by the acquire's ``deadline`` like any attempt. A nest Redis
         runs after the client gave up leaves Redis's count one above the
-        holder's depth, which the holder's last release ignores (``final``)."""
+        holder's depth, which the holder's last release ignores (``final``).
+        A handle that asks for its fencing token up front gets it here when
+        the outer hold has none yet (one more round trip)."""
         nest = self._attempt_args(
-            holding.token, int(holding.lease * 1000), "nest", holding.holder, 0,
-            resolved.settings.stats_ttl_ms,
+            holding.token, int(holding.lease * 1000), "nest", False, holding.holder, 0,
+            resolved.settings.stats_ttl_ms, 0,
         )  # fmt: skip
         call = Call(LOCK_ACQUIRE, resolved.keys_for(LOCK_ACQUIRE), LOCK_ACQUIRE.args_of(**nest))
         reply = yield from protocol.single(protocol.bounded(call, deadline), self.name)
@@ -175,12 +199,37 @@ class LockBase(Handle, Primitive):
             return False
         holding.depth += 1
         self._took(hold_key, holding)
+        if self._fencing and not holding.fencing_token:
+            yield from self._fence_steps(holding)
         return True
+
+    def _fence_steps(self, holding: Holding) -> Generator[Step, Any, int]:
+        """The fencing token of ``holding``, taken now when it has none yet
+        (``backend/scripts/lock_fence.lua``: one owner-checked round trip);
+        ``LockLostError`` when the hold is gone, or was found lost before."""
+        if holding.fencing_token:
+            return holding.fencing_token
+        if holding.lost is not None:
+            raise self._lost(holding)
+        call = Call(LOCK_FENCE, holding.keys, (holding.token,))
+        fence = yield from protocol.single(call, self.name)
+        if not fence:
+            holding.mark_lost("the lease was gone when its fencing token was taken")
+            raise self._lost(holding)
+        holding.fencing_token = int(fence)
+        return holding.fencing_token
 
     def _acquire_steps(
         self, resolved: Resolved, blocking: bool | None, blocking_timeout: float | None
     ) -> Generator[Step, Any, AcquireResult]:
-        """Acquire: held, or refused with the server's retry hint."""
+        """Acquire: held, or refused with the server's retry hint.
+
+        Unless it asked for its fencing token up front, an acquire first
+        sends one plain ``SET NX PX`` of the value an unfenced grant holds;
+        only when that finds the lock taken does the acquire script run
+        (``_contended_steps``), which queues the caller, or grants the lock
+        when it was freed since or is already this token's (a SET whose
+        reply was lost, and which redis-py's retry sent again)."""
         settings = resolved.settings
         if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
@@ -195,16 +244,25 @@ class LockBase(Handle, Primitive):
             return HELD_RESULT
 
         token, holder = new_token(), holder_description()
+        since_ms = int(time.time() * 1000)
+        keys = resolved.keys_for(LOCK_RELEASE)
+        release = Call(LOCK_RELEASE, keys, LOCK_RELEASE.args_of(token=token))
+        if not self._fencing:
+            value = f"{token}:0:1:0:{resolved.lease_ms}:{since_ms}:{holder}"
+            take = Call(LOCK_TAKE, keys, (value, resolved.lease_ms), deadline=deadline)
+            if (yield from protocol.opening(take, self.name, lambda: self._cancel(release))):
+                holding = self._new_holding(token, holder, resolved, begun, 0, release)
+                self._held(
+                    hold_key, holding, resolved, protocol.Outcome(HELD, 0, begun), 0.0, begun
+                )
+                return HELD_RESULT
         # a handoff's first lease (backend/scripts/lock_acquire.lua): without a watchdog
         # the next attempt takes it instead, with the full lease
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
         grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
-        release = Call(
-            LOCK_RELEASE, resolved.keys_for(LOCK_RELEASE), LOCK_RELEASE.args_of(token=token)
-        )
         args = self._attempt_args(
-            token, resolved.lease_ms, "wait" if may_wait else "try", holder, waiter_ttl_ms,
-            settings.stats_ttl_ms,
+            token, resolved.lease_ms, "wait" if may_wait else "try", self._fencing, holder,
+            waiter_ttl_ms, settings.stats_ttl_ms, since_ms,
         )  # fmt: skip
         attempt = self._attempt(resolved, args, release, may_wait, deadline, grant, begun)
         outcome = yield from protocol.acquire(attempt)
@@ -216,6 +274,13 @@ class LockBase(Handle, Primitive):
         )
         self._held(hold_key, holding, resolved, outcome, grant, begun)
         return HELD_RESULT
+
+    @staticmethod
+    def _cancel(release: Call) -> Call:
+        """The cancel script's call for a hold's ``release`` call: it leaves
+        the queue and passes on a lock the attempt was granted or handed, the
+        clean-up after an interruption."""
+        return Call(LOCK_CANCEL, release.keys, release.args)
 
     def _attempt(
         self,
@@ -230,9 +295,7 @@ class LockBase(Handle, Primitive):
         """The fair acquire's attempt for a new hold: ``args`` named as the
         acquire script names them, ``release`` the hold's release call."""
         acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
-        # The cancel script leaves the queue and passes on a lock the attempt
-        # was granted or handed: the clean-up after an interruption, too.
-        cancel = Call(LOCK_CANCEL, release.keys, release.args)
+        cancel = self._cancel(release)
         return protocol.Attempt(
             name=self.name,
             call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
@@ -273,7 +336,7 @@ class LockBase(Handle, Primitive):
             counters.acquired(
                 resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
             )
-        self._announce_acquired(ended - begun, outcome.value)
+        self._announce_acquired(ended - begun, outcome.value or None)
 
     # holders: see ``holds/registry.py`` ------------------------------------------------------
 
