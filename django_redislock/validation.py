@@ -96,12 +96,6 @@ def check_alias(value: object) -> str | None:
     return value
 
 
-def check_fencing(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"fencing must be True or False, not {value!r}.")
-    return value
-
-
 class _WaitOptions(Protocol):
     blocking: bool
     blocking_timeout: float | None

@@ -246,25 +246,13 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
         raise  # pragma: no cover - interrupted() raises
 
 
-def opening(call: Call, name: str, undo: Callable[[], Call]) -> Generator[Step, Any, Any]:
-    """One plain attempt sent before any script (a Lock's ``SET NX``), its
-    reply returned. Interrupted, it is cleaned up as ``acquire``'s attempts
-    are: ``undo()`` builds the clean-up (only then: the common case never
-    needs it), sent before the exception goes on."""
-    try:
-        return (yield call)
-    except GeneratorExit:
-        raise
-    except BaseException as exc:
-        yield from interrupted(name, undo(), call.deadline, exc)
-        raise  # pragma: no cover - interrupted() raises
-
-
 def interrupted(
     name: str, cleanup: Call | None, deadline: float | None, exc: BaseException
 ) -> Generator[Step, Any, None]:
     """Send ``cleanup`` (best effort: a Redis error there must not replace
     the original), then raise ``exc``; Redis failures as ``LockBackendError``.
+    The clean-up of an interrupted attempt, ``acquire``'s or a primitive's
+    own first command (a Lock's plain ``SET NX``).
 
     Redis did not answer within the budget, or the caller gave up on a
     command still on its way from a worker thread (drivers.in_thread): the

@@ -26,7 +26,7 @@ from django_redislock.holds.holding import Holding, current_pid
 from django_redislock.holds.registry import Registry, current_task, forget_when_done, task_registry
 from django_redislock.primitives.base import AsyncPrimitive
 from django_redislock.primitives.lock_common import LockBase
-from django_redislock.validation import check_fencing
+from django_redislock.validation import check_bool
 
 logger = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
             auto_renew=auto_renew,
             using=using,
         )
-        self._fencing = check_fencing(fencing)
+        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
         self._entered_by: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]] = (
             weakref.WeakKeyDictionary()
         )

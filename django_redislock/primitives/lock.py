@@ -32,7 +32,7 @@ from django_redislock.holds.holding import Holding
 from django_redislock.holds.registry import ThreadHandle
 from django_redislock.primitives.base import SyncPrimitive
 from django_redislock.primitives.lock_common import LockBase
-from django_redislock.validation import check_fencing
+from django_redislock.validation import check_bool
 
 
 class Lock(ThreadHandle, LockBase, SyncPrimitive):
@@ -71,7 +71,7 @@ class Lock(ThreadHandle, LockBase, SyncPrimitive):
             auto_renew=auto_renew,
             using=using,
         )
-        self._fencing = check_fencing(fencing)
+        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
         self._local = threading.local()
 
     # holder state: see holds/registry.py ---------------------------------------------------

@@ -34,6 +34,7 @@ from django_redislock.holds.holding import Holding, holder_description, new_toke
 from django_redislock.holds.registry import Handle, HoldKey
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
+from django_redislock.validation import fixed
 
 ACQUIRED, NOT_OURS = HELD, -1
 
@@ -75,6 +76,7 @@ class LockBase(Handle, Primitive):
     #: Whether an acquire takes its fencing token at once (``fencing=True``)
     #: rather than on first use of ``fencing_token``.
     _fencing = False
+    fencing: bool = fixed("fencing")
 
     @staticmethod
     def _attempt_args(
@@ -106,9 +108,9 @@ class LockBase(Handle, Primitive):
         resolved: Resolved,
         started: float,
         fence: int,
-        release: Call,
+        keys: list[bytes],
     ) -> Holding:
-        """``release``: the release script's call for this holding."""
+        """``keys``: the release script's KEYS for this holding."""
         holding = Holding(
             sender=type(self),
             name=self.name,
@@ -121,7 +123,7 @@ class LockBase(Handle, Primitive):
             fencing_token=fence,
             renew_script=LOCK_EXTEND,
             renew_keys=resolved.keys_for(LOCK_EXTEND),
-            keys=release.keys,
+            keys=keys,
             stats_key=resolved.stats_key,
             stats_ttl_ms=resolved.settings.stats_ttl_ms,
         )
@@ -246,56 +248,78 @@ class LockBase(Handle, Primitive):
         token, holder = new_token(), holder_description()
         since_ms = int(time.time() * 1000)
         keys = resolved.keys_for(LOCK_RELEASE)
-        release = Call(LOCK_RELEASE, keys, LOCK_RELEASE.args_of(token=token))
         if not self._fencing:
             value = f"{token}:0:1:0:{resolved.lease_ms}:{since_ms}:{holder}"
             take = Call(LOCK_TAKE, keys, (value, resolved.lease_ms), deadline=deadline)
-            if (yield from protocol.opening(take, self.name, lambda: self._cancel(release))):
-                holding = self._new_holding(token, holder, resolved, begun, 0, release)
-                self._held(
-                    hold_key, holding, resolved, protocol.Outcome(HELD, 0, begun), 0.0, begun
-                )
+            try:
+                took = yield take
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # cleaned up as an attempt is (engine/steps.py)
+                yield from protocol.interrupted(self.name, self._cancel(keys, token), deadline, exc)
+                raise  # pragma: no cover - interrupted() raises
+            if took:
+                holding = self._new_holding(token, holder, resolved, begun, 0, keys)
+                self._held_at_once(hold_key, holding, resolved)
                 return HELD_RESULT
+        return (
+            yield from self._contended_steps(
+                resolved, hold_key, token, holder, since_ms, may_wait, deadline, begun
+            )
+        )
+
+    def _contended_steps(
+        self,
+        resolved: Resolved,
+        hold_key: HoldKey,
+        token: str,
+        holder: str,
+        since_ms: int,
+        may_wait: bool,
+        deadline: float | None,
+        begun: float,
+    ) -> Generator[Step, Any, AcquireResult]:
+        """The acquire script's part (``engine/steps.acquire``): after a SET
+        that found the lock taken, or the whole acquire when the caller asked
+        for its fencing token up front."""
         # a handoff's first lease (backend/scripts/lock_acquire.lua): without a watchdog
         # the next attempt takes it instead, with the full lease
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
         grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
         args = self._attempt_args(
             token, resolved.lease_ms, "wait" if may_wait else "try", self._fencing, holder,
-            waiter_ttl_ms, settings.stats_ttl_ms, since_ms,
+            waiter_ttl_ms, resolved.settings.stats_ttl_ms, since_ms,
         )  # fmt: skip
-        attempt = self._attempt(resolved, args, release, may_wait, deadline, grant, begun)
+        attempt = self._attempt(resolved, args, may_wait, deadline, grant, begun)
         outcome = yield from protocol.acquire(attempt)
         if not outcome.held:
             self._announce_contended(begun)
             return AcquireResult.refused(outcome.value)
-        holding = self._new_holding(
-            token, holder, resolved, outcome.started, outcome.value, release
-        )
+        keys = resolved.keys_for(LOCK_RELEASE)
+        holding = self._new_holding(token, holder, resolved, outcome.started, outcome.value, keys)
         self._held(hold_key, holding, resolved, outcome, grant, begun)
         return HELD_RESULT
 
     @staticmethod
-    def _cancel(release: Call) -> Call:
-        """The cancel script's call for a hold's ``release`` call: it leaves
-        the queue and passes on a lock the attempt was granted or handed, the
-        clean-up after an interruption."""
-        return Call(LOCK_CANCEL, release.keys, release.args)
+    def _cancel(keys: list[bytes], token: str) -> Call:
+        """The cancel script's call for ``token``'s attempt on a lock whose
+        release takes ``keys``: it leaves the queue and passes on a lock the
+        attempt was granted or handed, the clean-up after an interruption."""
+        return Call(LOCK_CANCEL, keys, LOCK_CANCEL.args_of(token=token))
 
     def _attempt(
         self,
         resolved: Resolved,
         args: dict[str, Any],
-        release: Call,
         may_wait: bool,
         deadline: float | None,
         grant: float,
         begun: float,
     ) -> protocol.Attempt:
         """The fair acquire's attempt for a new hold: ``args`` named as the
-        acquire script names them, ``release`` the hold's release call."""
+        acquire script names them."""
         acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
-        cancel = self._cancel(release)
+        cancel = self._cancel(resolved.keys_for(LOCK_RELEASE), args["token"])
         return protocol.Attempt(
             name=self.name,
             call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
@@ -313,6 +337,17 @@ class LockBase(Handle, Primitive):
                 LOCK_ACQUIRE.args_of(**args, waited_ms=self._waited(begun)),
             ),
         )
+
+    def _held_at_once(self, hold_key: HoldKey, holding: Holding, resolved: Resolved) -> None:
+        """``_held`` for a hold its first command took (the plain SET): no
+        wait, no fencing token, nothing to build for either."""
+        self._took(hold_key, holding)
+        if resolved.auto_renew:
+            watchdog.watch(holding)
+        if resolved.stats_key is not None:
+            ttl_ms = resolved.settings.stats_ttl_ms
+            counters.acquired(resolved.client, resolved.stats_key, ttl_ms, 0.0)
+        self._announce_acquired(0.0, None)
 
     def _held(
         self,

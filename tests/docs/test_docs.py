@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 #: Pages whose Python blocks are meant to be pasted into a project as they are
 #: (others, such as semaphores.md, sketch with placeholders like ``build_export()``).
@@ -31,8 +31,9 @@ RECIPE_PAGES = [
 def test_every_test_named_in_guarantees_exists() -> None:
     page = (ROOT / "docs" / "guarantees.md").read_text()
     defined: dict[str, set[str]] = {}
-    for path in (ROOT / "tests").glob("test_*.py"):
-        defined[path.name] = set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+    for path in (ROOT / "tests").rglob("test_*.py"):  # tests mirror the package's folders
+        found = re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M)
+        defined.setdefault(path.name, set()).update(found)
     everywhere = set().union(*defined.values())
     named = re.findall(r"`(?:(test_\w+\.py)::)?(test_\w+)(?:\[\w+\])?\*?`", page)
     assert len(named) > 20, "the guarantees page names too few tests"

@@ -33,7 +33,7 @@ def capture(signal: Any) -> Iterator[list[dict[str, Any]]]:
         signal.disconnect(receiver)
 
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "metrics.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 
 def _recipe() -> str:

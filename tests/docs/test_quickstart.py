@@ -20,7 +20,7 @@ import pytest
 from django.db import connection, transaction
 from django.test import Client, override_settings
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "quickstart.md"
 MARKED = re.compile(r"<!-- test: (?P<what>[^ ]+) -->\n```[a-z]*\n(?P<code>.*?)```", re.S)
 

@@ -116,6 +116,13 @@ def test_fencing_must_be_a_bool(value: object) -> None:
         Lock("x", fencing=value)  # type: ignore[arg-type]
 
 
+def test_fencing_is_a_fixed_option() -> None:
+    lock = Lock("x", fencing=True)
+    assert lock.fencing is True and Lock("x").fencing is False
+    with pytest.raises(AttributeError, match="fixed"):
+        lock.fencing = False  # type: ignore[misc]
+
+
 def test_the_acquire_script_grants_a_lock_freed_since_the_set(redis_client: redis.Redis) -> None:
     """The SET NX found it taken, and the holder released before the script ran."""
     keys = LOCK_ACQUIRE.keys_of({"lock": key("lean-freed", "lock")})
