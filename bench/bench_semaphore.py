@@ -8,8 +8,13 @@
 - ``seed fair``: the pipeline-based fair semaphore of seed article 001
   (``acquire_fair_semaphore`` / ``release_fair_semaphore``), as written there,
   client clock and all; only ``zadd`` is adapted to redis-py 3's mapping form.
-- ``raw floor``: a bare ``ZADD`` then ``ZREM`` (two round trips, no checks):
-  the least any correct sorted-set semaphore must pay.
+- ``least leased`` (the floor): the least correct leased semaphore, one
+  script (``TIME``, ``ZREMRANGEBYSCORE`` of the expired, ``ZCARD``, ``ZADD``
+  with the lease end as score) to acquire and a bare ``ZREM`` to release: no
+  queue, no fencing token, no fairness; what any semaphore that checks its
+  limit and frees a dead holder's permit must pay;
+- ``raw ZADD/ZREM``: a bare ``ZADD`` then ``ZREM`` (two round trips, no
+  limit checked at all), for reference.
 
 Each contender runs in short blocks, interleaved round-robin (the order
 rotating every round) so that noise on a shared machine hits all of them
@@ -40,7 +45,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.redistime import RedisTime, measured, ratios
 from bench.uncontended import rotated, server_cpu_ns
 
-FLOOR = "raw floor"
+FLOOR = "least leased"
+
+#: The least correct leased semaphore's acquire: expired permits dropped, the
+#: limit checked, the permit added with its lease end (server ms) as score.
+#: KEYS[1] holders; ARGV[1] limit, ARGV[2] lease_ms, ARGV[3] token.
+LEAST_LEASED_ACQUIRE = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if redis.call('ZCARD', KEYS[1]) < tonumber(ARGV[1]) then
+  redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[3])
+  return 1
+end
+return 0
+"""
 
 
 # --- the seed's fair semaphore (article 001), as written -----------------------
@@ -105,6 +124,17 @@ def seed(conn: Any, limit: int) -> Callable[[], None]:
         identifier = acquire_fair_semaphore(conn, "bench:seed", limit)
         assert identifier is not None
         release_fair_semaphore(conn, "bench:seed", identifier)
+
+    return cycle
+
+
+def least_leased(conn: Any, limit: int) -> Callable[[], None]:
+    acquire = conn.register_script(LEAST_LEASED_ACQUIRE)
+
+    def cycle() -> None:
+        token = uuid.uuid4().hex
+        assert acquire(keys=["bench:leased"], args=[limit, 30_000, token]) == 1
+        conn.zrem("bench:leased", token)
 
     return cycle
 
@@ -178,7 +208,8 @@ def measure(options: argparse.Namespace) -> dict[str, Samples]:
             "Semaphore": ours(options.limit),
             "Sem/use": ours_per_use(options.limit),
             "seed fair": seed(conn, options.limit),
-            FLOOR: raw(conn),
+            FLOOR: least_leased(conn, options.limit),
+            "raw ZADD/ZREM": raw(conn),
         }
         for cycle in contenders.values():  # warm up: connections, script load
             block(cycle, 0.05, None)
@@ -218,7 +249,7 @@ def report(options: argparse.Namespace, samples: dict[str, Samples]) -> None:
             f"   CPU {statistics.median(cpu):6.1f} us  {ratio:5.2f}x floor" if cpu and ratio else ""
         )
         print(
-            f"  {name:<10} {statistics.median(samples_):>9.0f} /s   "
+            f"  {name:<13} {statistics.median(samples_):>9.0f} /s   "
             f"{same_round(name, FLOOR):5.2f}x floor   "
             f"(min {min(samples_):.0f}, max {max(samples_):.0f}){cpu_text}"
         )
@@ -231,7 +262,7 @@ def report(options: argparse.Namespace, samples: dict[str, Samples]) -> None:
     )
     for name, row in times.items():
         print(
-            f"  {name:<10} Redis top {row['redis_us_top']:6.1f} us {row['redis_top_x_raw']:5.2f}x "
+            f"  {name:<13} Redis top {row['redis_us_top']:6.1f} us {row['redis_top_x_raw']:5.2f}x "
             f"floor   all {row['redis_us_all']:6.1f} us {row['redis_all_x_raw']:5.2f}x floor"
         )
 

@@ -7,14 +7,14 @@ uncontended cycle, in the same process and interleaved rounds:
 - ``floor``: ``SET NX PX`` and an ``EVALSHA`` compare-and-delete
   (``bench.libs``);
 - ``redis-py Lock``: ``with client.lock(name, timeout=30, blocking_timeout=5):``;
-- ``Lock's scripts, bare``: ``lock_acquire.lua`` and ``lock_release.lua`` sent
-  with the arguments a ``Lock`` sends, by ``Redis.evalsha`` in a loop: the
-  transport and the server's share of a ``Lock`` cycle;
+- ``Lock's scripts, bare``: the plain ``SET NX PX`` of the value a ``Lock``
+  writes and ``lock_release.lua`` with the arguments a ``Lock`` sends, by
+  redis-py in a loop: the transport and the server's share of a ``Lock`` cycle;
 - ``Lock``: ``with Lock(name, timeout=30, blocking_timeout=5):``, as the bench
   and a view write it;
 - ``Lock, canned replies``: the same with every script call answered at once
-  by the reply Redis would give (``Script.__call__`` patched for that name's
-  lock key, in this process only): the library's own Python, without a round
+  by the reply Redis would give (``Script.__call__`` and ``Command.__call__``
+  patched for that name's lock key, in this process only): the library's own Python, without a round
   trip (its counters still reach Redis in the background flush, once a second,
   as any ``Lock``'s do);
 - ``redis-py Lock, canned replies``: redis-py's ``Lock`` per use on a client
@@ -64,8 +64,9 @@ def canned_replies(canned_key: bytes) -> Iterator[None]:
     free lock's would be answered; every other call goes to Redis as before."""
     from django_redislock.backend import scripts
 
-    real = scripts.Script.__call__
+    reals = {scripts.Script: scripts.Script.__call__, scripts.Command: scripts.Command.__call__}
     replies = {
+        scripts.LOCK_TAKE: True,  # the plain SET NX PX took it
         scripts.LOCK_ACQUIRE: CANNED_FENCE,  # held, with this fencing token
         scripts.LOCK_RELEASE: 0,  # released: no level left
         scripts.LOCK_EXTEND: 1,  # renewed
@@ -73,16 +74,18 @@ def canned_replies(canned_key: bytes) -> Iterator[None]:
 
     def answer(script: Any, client: Any, keys: Any, args: Any) -> Any:
         if keys[0] != canned_key:
-            return real(script, client, keys, args)
+            return reals[type(script)](script, client, keys, args)
         if script not in replies:
             raise RuntimeError(f"no canned reply for {script.name}")
         return replies[script]
 
-    scripts.Script.__call__ = answer  # type: ignore[method-assign]
+    for kind in reals:
+        kind.__call__ = answer  # type: ignore[method-assign]
     try:
         yield
     finally:
-        scripts.Script.__call__ = real  # type: ignore[method-assign]
+        for kind, real in reals.items():
+            kind.__call__ = real  # type: ignore[method-assign]
 
 
 def canned_key() -> bytes:
@@ -110,29 +113,22 @@ def canned_redispy(client: Any) -> Callable[[], None]:
 
 
 def contenders(client: Any) -> dict[str, Callable[[], None]]:
-    from django_redislock import Lock
-    from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE
+    from django_redislock.backend.scripts import LOCK_RELEASE
     from django_redislock.holds.holding import holder_description
-    from django_redislock.primitives.base import WAITER_GRACE_MS
 
     floor = _raw_per_use(client, "bench:client-cost:floor")
     redispy = _redispy_per_use(0.1)(client, "bench:client-cost:redispy")
     key = "redislock:{bench:client-cost:bare}:lock"
-    acquire_sha = client.script_load(LOCK_ACQUIRE.text)
     release_sha = client.script_load(LOCK_RELEASE.text)
     holder = holder_description()
-    resolved = Lock("bench:client-cost:lock")._resolve()
-    waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS  # as Lock sends it
+
+    lease_ms = LEASE_SECONDS * 1000
 
     def bare() -> None:
         token = secrets.token_hex(16)
-        acquire_args = LOCK_ACQUIRE.args_of(
-            token=token, lease_ms=LEASE_SECONDS * 1000, mode="wait", holder=holder,
-            since_ms=int(time.time() * 1000), waiter_ttl_ms=waiter_ttl_ms,
-            stats_ttl_ms=resolved.settings.stats_ttl_ms,
-        )  # fmt: skip
-        if client.evalsha(acquire_sha, 1, key, *acquire_args) <= 0:
-            raise RuntimeError("Lock's acquire script did not take a free lock")
+        value = f"{token}:0:1:0:{lease_ms}:{int(time.time() * 1000)}:{holder}"
+        if not client.execute_command("SET", key, value, "NX", "PX", lease_ms):
+            raise RuntimeError("Lock's SET NX did not take a free lock")
         client.evalsha(release_sha, 1, key, *LOCK_RELEASE.args_of(token=token, final=1))
 
     lock = _redislock_per_use(client, "bench:client-cost:lock")  # as python -m bench

@@ -19,14 +19,18 @@ time counts, never the client's. Two groups, each against its own floor:
     at most once per 10 ms of use, so that tokens keep increasing across a
     failover; ``SET NX PX``) and a release script making
     only ``GET`` and ``DEL`` with an owner check;
-  - ``Lock``: ``lock_acquire.lua`` and ``lock_release.lua`` with the arguments
-    a ``Lock`` sends (``EVALSHA``);
-  - ``Lock (FCALL)``: the same two scripts loaded as one Functions library
-    (left out on a server without ``FUNCTION``).
+  - ``Lock``: the plain ``SET NX PX`` of the value a ``Lock`` writes, and
+    ``lock_release.lua`` with the arguments a ``Lock`` sends (``EVALSHA``);
+  - ``Lock, fencing=True``: ``lock_acquire.lua`` (fenced, on its fast path)
+    and ``lock_release.lua``;
+  - ``Lock, fencing=True (FCALL)``: the same two scripts loaded as one
+    Functions library (left out on a server without ``FUNCTION``).
 
 ``Semaphore``
-  - ``floor``: a bare ``ZADD`` and ``ZREM``, the floor of
-    ``bench/bench_semaphore.py``;
+  - ``floor``: the least correct leased semaphore, the floor of
+    ``bench/bench_semaphore.py`` (one script: ``TIME``, ``ZREMRANGEBYSCORE``,
+    ``ZCARD``, ``ZADD``; a bare ``ZREM``);
+  - ``raw ZADD/ZREM``: a bare ``ZADD`` and ``ZREM``, no limit checked;
   - ``least scripted``: the same two commands, each in a script;
   - ``least fair fenced``: an acquire script making only the calls of
     ``semaphore_acquire.lua``'s fast path (``EXISTS`` on holders and queue,
@@ -181,10 +185,12 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
     lease_ms = LEASE_SECONDS * 1000
     key = "redislock:{bench:script-cost}:lock"
     token = secrets.token_hex(16)
+    since_ms = int(time.time() * 1000)
     acquire_args = LOCK_ACQUIRE.args_of(
-        token=token, lease_ms=lease_ms, mode="wait", holder=HOLDER,
-        since_ms=int(time.time() * 1000), waiter_ttl_ms=6000, stats_ttl_ms=86_400_000,
+        token=token, lease_ms=lease_ms, mode="wait", fenced=1, holder=HOLDER,
+        since_ms=since_ms, waiter_ttl_ms=6000, stats_ttl_ms=86_400_000,
     )  # fmt: skip
+    value = f"{token}:0:1:0:{lease_ms}:{since_ms}:{HOLDER}"  # what Lock's plain SET writes
     release_args = LOCK_RELEASE.args_of(token=token, final=1)
     texts = (RAW_RELEASE, LEAST_SCRIPTED_ACQUIRE, LEAST_ACQUIRE, LEAST_RELEASE)
     texts += (LOCK_ACQUIRE.text, LOCK_RELEASE.text)
@@ -203,6 +209,10 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
         pipe.evalsha(sha[LEAST_RELEASE], 1, key, token)
 
     def lock(pipe: Any, i: int) -> None:
+        pipe.set(key, value, nx=True, px=lease_ms)
+        pipe.evalsha(sha[LOCK_RELEASE.text], 1, key, *release_args)
+
+    def lock_fenced(pipe: Any, i: int) -> None:
         pipe.evalsha(sha[LOCK_ACQUIRE.text], 1, key, *acquire_args)
         pipe.evalsha(sha[LOCK_RELEASE.text], 1, key, *release_args)
 
@@ -210,7 +220,8 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
         "floor": Contender(floor, {"set": 1, "evalsha": 1}, 1),
         "least scripted": Contender(scripted, {"evalsha": 2}, 1),
         "least fair fenced": Contender(least, {"evalsha": 2}, 1),
-        "Lock": Contender(lock, {"evalsha": 2}, 0),
+        "Lock": Contender(lock, {"set": 1, "evalsha": 1}, 0),
+        "Lock, fencing=True": Contender(lock_fenced, {"evalsha": 2}, 0),
     }
     try:
         client.function_load(
@@ -227,7 +238,7 @@ def lock_contenders(client: Any) -> dict[str, Contender]:
         pipe.fcall("acquire", 1, key, *acquire_args)
         pipe.fcall("release", 1, key, *release_args)
 
-    found["Lock (FCALL)"] = Contender(lock_fcall, {"fcall": 2}, 0)
+    found["Lock, fencing=True (FCALL)"] = Contender(lock_fcall, {"fcall": 2}, 0)
     return found
 
 
@@ -244,14 +255,21 @@ def semaphore_contenders(client: Any) -> dict[str, Contender]:
         base = f"redislock:{{bench:{name}}}:"
         return [base + part for part in ("sem", "fence", "queue", "deadlines")]
 
-    bare, least, ours = keys("bare"), keys("least"), keys("ours")
+    from bench.bench_semaphore import LEAST_LEASED_ACQUIRE
+
+    bare, least, ours, leased = keys("bare"), keys("least"), keys("ours"), keys("leased")
     texts = (BARE_PERMIT_ACQUIRE, BARE_PERMIT_RELEASE, LEAST_PERMIT_ACQUIRE, LEAST_PERMIT_RELEASE)
+    texts += (LEAST_LEASED_ACQUIRE,)
     sha = {text: client.script_load(text) for text in texts}
 
     def fence_at_base(fence_key: str) -> Callable[[Any], None]:
         return lambda client: client.set(fence_key, FENCE_BASE, px=10_000)
 
     def floor(pipe: Any, i: int) -> None:
+        pipe.evalsha(sha[LEAST_LEASED_ACQUIRE], 1, leased[0], 5, lease_ms, token)
+        pipe.zrem(leased[0], token)
+
+    def raw(pipe: Any, i: int) -> None:
         pipe.zadd(bare[0], {token: time.time()})
         pipe.zrem(bare[0], token)
 
@@ -276,7 +294,8 @@ def semaphore_contenders(client: Any) -> dict[str, Contender]:
     client.script_load(SEMAPHORE_ACQUIRE.text)
     client.script_load(PERMIT_RELEASE.text)
     return {
-        "floor": Contender(floor, {"zadd": 1, "zrem": 1}, 1),
+        "floor": Contender(floor, {"evalsha": 1, "zrem": 1}, 1),
+        "raw ZADD/ZREM": Contender(raw, {"zadd": 1, "zrem": 1}, 1),
         "least scripted": Contender(bare_scripts, {"evalsha": 2}, 1),
         "least fair fenced": Contender(least_fenced, {"evalsha": 2}, 1, fence_at_base(least[1])),
         "Semaphore": Contender(semaphore, {"evalsha": 2}, 1, fence_at_base(ours[1])),

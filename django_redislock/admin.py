@@ -394,7 +394,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         holders = ", ".join(h.holder for h in info.holders)
         seen = "whoever held it; last read: " if whoever else ""
         message = (
-            f"Force-released {info.kind} (fencing token {info.fencing_token}, "
+            f"Force-released {info.kind} (fencing token {info.fencing_token or 'none taken'}, "
             f"holders: {seen}{holders}, released {released})"
         )
         audit.log_force_release(

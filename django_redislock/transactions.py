@@ -198,7 +198,7 @@ def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
     a transaction whose hold is found lost later does not commit (see
     ``TransactionLocks._unless_lost``). Not ``confirm``: no round trip (the
     function raised; its exception, not a loss, is what goes on)."""
-    if lock.fencing_token is None:  # the current thread holds nothing through it
+    if lock._holding() is None:  # the current thread holds nothing through it
         return False
     # each open transaction that does not hold the name yet; one that does
     # keeps it, now guarded as this call's (``TransactionLocks.holds``)

@@ -18,7 +18,7 @@ def test_acquired_and_released_carry_name_kind_and_timings() -> None:
         capture(lock_signals.lock_acquired) as acquired,
         capture(lock_signals.lock_released) as released,
     ):
-        with Lock("sku:9") as lock:
+        with Lock("sku:9", fencing=True) as lock:
             with lock:  # nesting sends nothing more
                 token = lock.fencing_token
     assert len(acquired) == 1 and len(released) == 1

@@ -59,16 +59,19 @@ LIMIT_MISMATCH = -2
 def acquire_reply(reply: int) -> tuple[int, int]:
     """``(status, value)`` of the lock acquire script's one-integer reply.
 
-    Held: the fencing token (> 0); 0: a reentrant acquire found the lock no
-    longer ours; below 0: refused, with a retry hint of ``-1 - reply`` ms.
+    Held: the fencing token (> 0), or -1 when none is taken yet (the value is
+    then 0: taken on first use); 0: a reentrant acquire found the lock no
+    longer ours; below -1: refused, with a retry hint of ``-2 - reply`` ms.
     Here, beside the steps that read it, because ``Lock`` and ``Redlock``'s
     quorum both decode it.
     """
     if reply > 0:
         return HELD, reply
+    if reply == -1:
+        return HELD, 0
     if reply == 0:
         return NOT_OURS, 0
-    return REFUSED, -1 - reply
+    return REFUSED, -2 - reply
 
 
 def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
@@ -283,32 +286,40 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     except GeneratorExit:
         raise
     except BaseException as exc:
-        # Redis did not answer within the budget, or the caller gave up on a
-        # command still on its way from a worker thread (drivers.in_thread):
-        # the clean-up is sent in the background (bounds.Janitor), after it.
-        # So it is when Redis failed (redis-py dropped the connection: a new
-        # one's set-up, several round trips, and a first NOSCRIPT would not
-        # be bounded by the deadline): the caller never waits on a clean-up
-        # that could outlive its deadline.
-        unanswered = isinstance(exc, backend.Unanswered)
-        behind = (
-            unanswered
-            or getattr(exc, "after", None) is not None
-            or isinstance(exc, backend.DROPPED)
-        )
         cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
-        if cleanup is not None:
-            try:
-                yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
-            except backend.BACKEND_ERRORS as cleanup_exc:
-                logger.debug(
-                    "Could not clean up an interrupted acquire of %r: %s", attempt.name, cleanup_exc
-                )
-        if unanswered:
-            raise backend.unanswered_error(attempt.name, exc) from exc
-        if isinstance(exc, backend.BACKEND_ERRORS):
-            raise backend.backend_error(attempt.name, exc) from exc
-        raise
+        yield from interrupted(attempt.name, cleanup, deadline, exc)
+        raise  # pragma: no cover - interrupted() raises
+
+
+def interrupted(
+    name: str, cleanup: Call | None, deadline: float | None, exc: BaseException
+) -> Generator[Step, Any, None]:
+    """Send ``cleanup`` (best effort: a Redis error there must not replace
+    the original), then raise ``exc``; Redis failures as ``LockBackendError``.
+    The clean-up of an interrupted attempt, ``acquire``'s or a primitive's
+    own first command (a Lock's plain ``SET NX``).
+
+    Redis did not answer within the budget, or the caller gave up on a
+    command still on its way from a worker thread (drivers.in_thread): the
+    clean-up is sent in the background (bounds.Janitor), after it. So it is
+    when Redis failed (redis-py dropped the connection: a new one's set-up,
+    several round trips, and a first NOSCRIPT would not be bounded by the
+    deadline): the caller never waits on a clean-up that could outlive its
+    deadline."""
+    unanswered = isinstance(exc, backend.Unanswered)
+    behind = (
+        unanswered or getattr(exc, "after", None) is not None or isinstance(exc, backend.DROPPED)
+    )
+    if cleanup is not None:
+        try:
+            yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
+        except backend.BACKEND_ERRORS as cleanup_exc:
+            logger.debug("Could not clean up an interrupted acquire of %r: %s", name, cleanup_exc)
+    if unanswered:
+        raise backend.unanswered_error(name, exc) from exc
+    if isinstance(exc, backend.BACKEND_ERRORS):
+        raise backend.backend_error(name, exc) from exc
+    raise exc
 
 
 def _slow(round_trip: float) -> float:

@@ -161,7 +161,7 @@ class LockKind:
             token=state.token,
             holder=state.holder,
             ttl=pttl / 1000.0 if pttl >= 0 else None,
-            fencing_token=state.fencing_token,
+            fencing_token=state.fencing_token or None,  # 0: not taken yet (taken on use)
             count=state.count,
             since=state.since,
             lease=state.lease,

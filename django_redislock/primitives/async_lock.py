@@ -28,6 +28,7 @@ from django_redislock.holds.holding import Holding, current_pid
 from django_redislock.holds.registry import Registry, current_task, forget_when_done, task_registry
 from django_redislock.primitives.base import AsyncPrimitive
 from django_redislock.primitives.lock_common import LockBase
+from django_redislock.validation import check_bool
 
 logger = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         using: str | None = None,
+        fencing: bool = False,
     ) -> None:
         super().__init__(
             name,
@@ -53,6 +55,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
             auto_renew=auto_renew,
             using=using,
         )
+        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
         self._entered_by: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]] = (
             weakref.WeakKeyDictionary()
         )
@@ -75,9 +78,32 @@ class AsyncLock(LockBase, AsyncPrimitive):
 
     @property
     def fencing_token(self) -> int | None:
-        """The fencing token of the current task's hold (``None`` when not held)."""
+        """The fencing token of the current task's hold (``None`` when not held).
+
+        As ``Lock.fencing_token``. When the token is not taken yet (no
+        ``fencing=True``, no handoff), this property takes it with one
+        *blocking* round trip on the cache's synchronous client: in a
+        coroutine, ``await lock.get_fencing_token()`` instead, which does not
+        block the event loop.
+        """
         holding = self._holding()
-        return holding.fencing_token if holding is not None else None
+        if holding is None:
+            return None
+        if holding.fencing_token:
+            return holding.fencing_token
+        return drivers.run(self._fence_steps(holding), holding.client)
+
+    async def get_fencing_token(self) -> int | None:
+        """``fencing_token``, awaited: taken (when it is not yet) without
+        blocking the event loop. ``None`` when the current task holds nothing;
+        ``LockLostError`` when its hold is found gone."""
+        holding = self._holding()
+        if holding is None:
+            return None
+        if holding.fencing_token:
+            return holding.fencing_token
+        steps = self._fence_steps(holding)
+        return await drivers.run_async(steps, AsyncConnection(holding.client))
 
     async def acquire(
         self, blocking: bool | None = None, blocking_timeout: float | None = None

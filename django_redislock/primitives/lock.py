@@ -1,17 +1,22 @@
 """``Lock``: an exclusive, reentrant, fair, fenced lease on a name.
 
-Round trips: an uncontended acquire is one ``EVALSHA``; a release is one. A
-waiter adds one ``BLPOP`` per wake-up and one re-check, and one ``EVALSHA`` to
-leave the queue if it gives up.
+Round trips: an uncontended acquire is one plain ``SET NX PX``; a release is
+one ``EVALSHA``. A contended acquire adds one ``EVALSHA`` that queues the
+caller; a waiter adds one ``BLPOP`` per wake-up, and one ``EVALSHA`` to leave
+the queue if it gives up. The fencing token costs one ``EVALSHA`` on first
+use, or none when asked for up front (``fencing=True``: the acquire is then
+the script itself).
 
 Timeline of a handoff, which is why waiters queue in the script::
 
-    A holds         B: acquire -> refused, queued     B: BLPOP signal:B ...
-    A: release -> DEL lock, RPUSH signal:B            B: wakes -> acquire -> held
-    A: acquire again at once -> refused (B is first in line), queued behind
+    A holds         B: SET NX -> fails; script -> queued   B: BLPOP signal:B ...
+    A: release -> lock becomes B's, RPUSH signal:B         B: wakes holding it
+    A: SET NX at once -> fails (the lock is B's); queued behind B
 
-Without the queue a releaser that re-acquires at once wins nearly every race
-against a waiter that first has to wake up, and other processes starve.
+The lock is never free while waiters are queued and holders release
+normally, so a newcomer's ``SET NX`` cannot jump the queue. Only a lease that
+runs out with waiters queued leaves it free until the first waiter re-checks
+(``docs/guarantees.md``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from django_redislock.holds.holding import Holding
 from django_redislock.holds.registry import ThreadHandle
 from django_redislock.primitives.base import SyncPrimitive
 from django_redislock.primitives.lock_common import LockBase
+from django_redislock.validation import check_bool
 
 
 class Lock(ThreadHandle, LockBase, SyncPrimitive):
@@ -56,6 +62,7 @@ class Lock(ThreadHandle, LockBase, SyncPrimitive):
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         using: str | None = None,
+        fencing: bool = False,
     ) -> None:
         super().__init__(
             name,
@@ -65,6 +72,7 @@ class Lock(ThreadHandle, LockBase, SyncPrimitive):
             auto_renew=auto_renew,
             using=using,
         )
+        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
         self._local = threading.local()
 
     # holder state: see holds/registry.py ---------------------------------------------------
@@ -75,9 +83,21 @@ class Lock(ThreadHandle, LockBase, SyncPrimitive):
 
     @property
     def fencing_token(self) -> int | None:
-        """The fencing token of the current thread's hold (``None`` when not held)."""
+        """The fencing token of the current thread's hold (``None`` when not held).
+
+        Larger than every token given out earlier for the name. Taken on
+        first use, by one owner-checked round trip, unless the lock was built
+        with ``fencing=True`` (then the acquire took it) or was handed over
+        by a release (which gives one); read again, the same token, with no
+        round trip. Raises ``LockLostError`` when the hold is found gone: a
+        lost hold gets no token.
+        """
         holding = self._holding()
-        return holding.fencing_token if holding is not None else None
+        if holding is None:
+            return None
+        if holding.fencing_token:
+            return holding.fencing_token
+        return drivers.run(self._fence_steps(holding), holding.client)
 
     # acquire ----------------------------------------------------------------------
 

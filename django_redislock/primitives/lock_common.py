@@ -11,7 +11,14 @@ import time
 from collections.abc import Generator
 from typing import Any
 
-from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_CANCEL, LOCK_EXTEND, LOCK_RELEASE
+from django_redislock.backend.scripts import (
+    LOCK_ACQUIRE,
+    LOCK_CANCEL,
+    LOCK_EXTEND,
+    LOCK_FENCE,
+    LOCK_RELEASE,
+    LOCK_TAKE,
+)
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import (
     HANDED,
@@ -27,6 +34,7 @@ from django_redislock.holds.holding import Holding, holder_description, new_toke
 from django_redislock.holds.registry import Handle, HoldKey
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
+from django_redislock.validation import fixed
 
 #: Why a hold found gone when its holder acquired the name again is lost.
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
@@ -46,17 +54,30 @@ class LockBase(Handle, Primitive):
         """How long this acquire has waited so far, in ms, for the counters."""
         return int((time.monotonic() - begun) * 1000)
 
+    #: Whether an acquire takes its fencing token at once (``fencing=True``)
+    #: rather than on first use of ``fencing_token``.
+    _fencing = False
+    fencing: bool = fixed("fencing")
+
     @staticmethod
     def _attempt_args(
-        token: str, lease_ms: int, mode: str, holder: str, waiter_ttl_ms: int, stats_ttl_ms: int
+        token: str,
+        lease_ms: int,
+        mode: str,
+        fenced: bool,
+        holder: str,
+        waiter_ttl_ms: int,
+        stats_ttl_ms: int,
+        since_ms: int,
     ) -> dict[str, Any]:
         """The acquire script's ARGV by name, for a first attempt (no ``waited_ms`` yet)."""
         return {
             "token": token,
             "lease_ms": lease_ms,
             "mode": mode,
+            "fenced": 1 if fenced else 0,
             "holder": holder,
-            "since_ms": int(time.time() * 1000),
+            "since_ms": since_ms,
             "waiter_ttl_ms": waiter_ttl_ms,
             "stats_ttl_ms": stats_ttl_ms,
         }
@@ -68,9 +89,9 @@ class LockBase(Handle, Primitive):
         resolved: Resolved,
         started: float,
         fence: int,
-        release: Call,
+        keys: list[bytes],
     ) -> Holding:
-        """``release``: the release script's call for this holding."""
+        """``keys``: the release script's KEYS for this holding."""
         holding = Holding(
             sender=type(self),
             name=self.name,
@@ -83,7 +104,7 @@ class LockBase(Handle, Primitive):
             fencing_token=fence,
             renew_script=LOCK_EXTEND,
             renew_keys=resolved.keys_for(LOCK_EXTEND),
-            keys=release.keys,
+            keys=keys,
             stats_key=resolved.stats_key,
             stats_ttl_ms=resolved.settings.stats_ttl_ms,
         )
@@ -147,10 +168,12 @@ class LockBase(Handle, Primitive):
 
         Bounded by the acquire's ``deadline`` like any attempt. A nest Redis
         runs after the client gave up leaves Redis's count one above the
-        holder's depth, which the holder's last release ignores (``final``)."""
+        holder's depth, which the holder's last release ignores (``final``).
+        A handle that asks for its fencing token up front gets it here when
+        the outer hold has none yet (one more round trip)."""
         nest = self._attempt_args(
-            holding.token, int(holding.lease * 1000), "nest", holding.holder, 0,
-            resolved.settings.stats_ttl_ms,
+            holding.token, int(holding.lease * 1000), "nest", False, holding.holder, 0,
+            resolved.settings.stats_ttl_ms, 0,
         )  # fmt: skip
         call = Call(LOCK_ACQUIRE, resolved.keys_for(LOCK_ACQUIRE), LOCK_ACQUIRE.args_of(**nest))
         reply = yield from protocol.single(protocol.bounded(call, deadline), self.name)
@@ -159,12 +182,37 @@ class LockBase(Handle, Primitive):
             return False
         holding.depth += 1
         self._took(hold_key, holding)
+        if self._fencing and not holding.fencing_token:
+            yield from self._fence_steps(holding)
         return True
+
+    def _fence_steps(self, holding: Holding) -> Generator[Step, Any, int]:
+        """The fencing token of ``holding``, taken now when it has none yet
+        (``backend/scripts/lock_fence.lua``: one owner-checked round trip);
+        ``LockLostError`` when the hold is gone, or was found lost before."""
+        if holding.fencing_token:
+            return holding.fencing_token
+        if holding.lost is not None:
+            raise self._lost(holding)
+        call = Call(LOCK_FENCE, holding.keys, (holding.token,))
+        fence = yield from protocol.single(call, self.name)
+        if not fence:
+            holding.mark_lost("the lease was gone when its fencing token was taken")
+            raise self._lost(holding)
+        holding.fencing_token = int(fence)
+        return holding.fencing_token
 
     def _acquire_steps(
         self, resolved: Resolved, blocking: bool | None, blocking_timeout: float | None
     ) -> Generator[Step, Any, AcquireResult]:
-        """Acquire: held, or refused with the server's retry hint."""
+        """Acquire: held, or refused with the server's retry hint.
+
+        Unless it asked for its fencing token up front, an acquire first
+        sends one plain ``SET NX PX`` of the value an unfenced grant holds;
+        only when that finds the lock taken does the acquire script run
+        (``_contended_steps``), which queues the caller, or grants the lock
+        when it was freed since or is already this token's (a SET whose
+        reply was lost, and which redis-py's retry sent again)."""
         settings = resolved.settings
         if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
@@ -179,44 +227,80 @@ class LockBase(Handle, Primitive):
             return HELD_RESULT
 
         token, holder = new_token(), holder_description()
+        since_ms = int(time.time() * 1000)
+        keys = resolved.keys_for(LOCK_RELEASE)
+        if not self._fencing:
+            value = f"{token}:0:1:0:{resolved.lease_ms}:{since_ms}:{holder}"
+            take = Call(LOCK_TAKE, keys, (value, resolved.lease_ms), deadline=deadline)
+            try:
+                took = yield take
+            except GeneratorExit:
+                raise
+            except BaseException as exc:  # cleaned up as an attempt is (engine/steps.py)
+                yield from protocol.interrupted(self.name, self._cancel(keys, token), deadline, exc)
+                raise  # pragma: no cover - interrupted() raises
+            if took:
+                holding = self._new_holding(token, holder, resolved, begun, 0, keys)
+                self._held_at_once(hold_key, holding, resolved)
+                return HELD_RESULT
+        return (
+            yield from self._contended_steps(
+                resolved, hold_key, token, holder, since_ms, may_wait, deadline, begun
+            )
+        )
+
+    def _contended_steps(
+        self,
+        resolved: Resolved,
+        hold_key: HoldKey,
+        token: str,
+        holder: str,
+        since_ms: int,
+        may_wait: bool,
+        deadline: float | None,
+        begun: float,
+    ) -> Generator[Step, Any, AcquireResult]:
+        """The acquire script's part (``engine/steps.acquire``): after a SET
+        that found the lock taken, or the whole acquire when the caller asked
+        for its fencing token up front."""
         # a handoff's first lease (backend/scripts/lock_acquire.lua): without a watchdog
         # the next attempt takes it instead, with the full lease
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
         grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
-        release = Call(
-            LOCK_RELEASE, resolved.keys_for(LOCK_RELEASE), LOCK_RELEASE.args_of(token=token)
-        )
         args = self._attempt_args(
-            token, resolved.lease_ms, "wait" if may_wait else "try", holder, waiter_ttl_ms,
-            settings.stats_ttl_ms,
+            token, resolved.lease_ms, "wait" if may_wait else "try", self._fencing, holder,
+            waiter_ttl_ms, resolved.settings.stats_ttl_ms, since_ms,
         )  # fmt: skip
-        attempt = self._attempt(resolved, args, release, may_wait, deadline, grant, begun)
+        attempt = self._attempt(resolved, args, may_wait, deadline, grant, begun)
         outcome = yield from protocol.acquire(attempt)
         if not outcome.held:
             self._announce_contended(begun)
             return AcquireResult.refused(outcome.value)
-        holding = self._new_holding(
-            token, holder, resolved, outcome.started, outcome.value, release
-        )
+        keys = resolved.keys_for(LOCK_RELEASE)
+        holding = self._new_holding(token, holder, resolved, outcome.started, outcome.value, keys)
         self._held(hold_key, holding, resolved, outcome, grant, begun)
         return HELD_RESULT
+
+    @staticmethod
+    def _cancel(keys: list[bytes], token: str) -> Call:
+        """The cancel script's call for ``token``'s attempt on a lock whose
+        release takes ``keys``: it leaves the queue and passes on a lock the
+        attempt was granted or handed, the clean-up after an interruption."""
+        return Call(LOCK_CANCEL, keys, LOCK_CANCEL.args_of(token=token))
 
     def _attempt(
         self,
         resolved: Resolved,
         args: dict[str, Any],
-        release: Call,
         may_wait: bool,
         deadline: float | None,
         grant: float,
         begun: float,
     ) -> protocol.Attempt:
         """The fair acquire's attempt for a new hold: ``args`` named as the
-        acquire script names them, ``release`` the hold's release call."""
+        acquire script names them."""
         acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
-        # The cancel script leaves the queue and passes on a lock the attempt
-        # was granted or handed: the clean-up after an interruption, too.
-        cancel = Call(LOCK_CANCEL, release.keys, release.args)
+        cancel = self._cancel(resolved.keys_for(LOCK_RELEASE), args["token"])
         return protocol.Attempt(
             name=self.name,
             call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
@@ -234,6 +318,17 @@ class LockBase(Handle, Primitive):
                 LOCK_ACQUIRE.args_of(**args, waited_ms=self._waited(begun)),
             ),
         )
+
+    def _held_at_once(self, hold_key: HoldKey, holding: Holding, resolved: Resolved) -> None:
+        """``_held`` for a hold its first command took (the plain SET): no
+        wait, no fencing token, nothing to build for either."""
+        self._took(hold_key, holding)
+        if resolved.auto_renew:
+            watchdog.watch(holding)
+        if resolved.stats_key is not None:
+            ttl_ms = resolved.settings.stats_ttl_ms
+            counters.acquired(resolved.client, resolved.stats_key, ttl_ms, 0.0)
+        self._announce_acquired(0.0, None)
 
     def _held(
         self,
@@ -259,7 +354,7 @@ class LockBase(Handle, Primitive):
             counters.acquired(
                 resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
             )
-        self._announce_acquired(waited, outcome.value)
+        self._announce_acquired(waited, outcome.value or None)
 
     # holders: see ``holds/registry.py`` ------------------------------------------------------
 

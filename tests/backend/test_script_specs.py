@@ -9,11 +9,14 @@ from importlib import resources
 import pytest
 
 from django_redislock.backend import scripts
-from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, Script
+from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, Command, Script
 
 _HEADER = re.compile(r"^-- (KEYS|ARGV)\[(\d+)\]\s+(\w+)(.*)$")
 
-SCRIPTS = [s for s in vars(scripts).values() if isinstance(s, Script)]
+#: The Lua scripts (a ``Command`` is a plain command: no file, no header).
+SCRIPTS = [
+    s for s in vars(scripts).values() if isinstance(s, Script) and not isinstance(s, Command)
+]
 
 
 def header(script: Script) -> list[str]:
@@ -74,9 +77,9 @@ def test_a_per_name_script_takes_each_names_keys_and_args_in_turn() -> None:
 
 
 def test_arguments_are_built_by_name_in_the_scripts_order() -> None:
-    named = {"token": "t", "lease_ms": 1, "mode": "try", "holder": "h", "since_ms": 2}
+    named = {"token": "t", "lease_ms": 1, "mode": "try", "fenced": 0, "holder": "h", "since_ms": 2}
     args = LOCK_ACQUIRE.args_of(**named, waiter_ttl_ms=3, stats_ttl_ms=0)
-    assert args == ["t", 1, "try", "h", 2, 3, 0]  # waited_ms, optional, left out
+    assert args == ["t", 1, "try", 0, "h", 2, 3, 0]  # waited_ms, optional, left out
     assert LOCK_ACQUIRE.args_of(**named, waiter_ttl_ms=3, stats_ttl_ms=0, waited_ms=9)[-1] == 9
     keys = {"lock": "l", "fence": "f", "queue": "q", "deadlines": "d", "other": "x"}
     assert LOCK_RELEASE.keys_of(keys) == ["l", "q", "d", "f"]  # "other" is not the release's

@@ -86,6 +86,7 @@ def test_the_admin_never_clears_a_holder_that_took_the_name_during_the_release(
     def hand_over() -> None:
         first.release()
         assert other_thread(second.acquire)
+        other_thread(lambda: second.fencing_token)  # a Lock's is taken on first use
 
     hand_over_before(monkeypatch, *CLEARS[kind], hand_over)
     form = {"name": "handed", "kind": kind, "holders": confirmed}
@@ -126,6 +127,7 @@ def test_locks_clear_never_clears_a_holder_that_took_the_name_after_the_answer(
     def hand_over() -> None:
         first.release()
         assert other_thread(second.acquire)
+        other_thread(lambda: second.fencing_token)  # a Lock's is taken on first use
 
     hand_over_before(monkeypatch, *CLEARS[kind], hand_over)
     out, err = io.StringIO(), io.StringIO()
@@ -148,6 +150,7 @@ def test_locks_clear_noinput_still_clears_whoever_holds_the_name(
     def hand_over() -> None:
         first.release()
         assert other_thread(second.acquire)
+        other_thread(lambda: second.fencing_token)  # a Lock's is taken on first use
 
     hand_over_before(monkeypatch, LockKind, "clear_many", hand_over)
     out = io.StringIO()

@@ -11,7 +11,10 @@ def test_list_and_describe_held_lock(redis_client: redis.Redis) -> None:
         held = list_held(redis_client, "redislock")
         assert [(h.name, h.kind) for h in held] == [("a{b}*c", "lock"), ("sku:1", "lock")]
         info = describe(redis_client, "redislock", "sku:1")[0]
-        assert info.fencing_token == lock.fencing_token
+        assert info.fencing_token is None  # none taken yet: taken on first use
+        token = lock.fencing_token
+        info = describe(redis_client, "redislock", "sku:1")[0]
+        assert info.fencing_token == token
         assert info.holders[0].ttl is not None
         assert ":" in info.holders[0].holder
         assert [h.name for h in list_held(redis_client, "redislock", pattern="sku:*")] == ["sku:1"]

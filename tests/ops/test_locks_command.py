@@ -318,7 +318,7 @@ def test_cluster_path_pipelines_per_name(
 
     monkeypatch.setattr("django_redislock.backend.client.is_cluster", lambda client: True)
     lockfill.fill(redis_client, 120)
-    lock = Lock("zz", auto_renew=False)
+    lock = Lock("zz", auto_renew=False, fencing=True)
     lock.acquire()
     data = listed()
     assert len(data) == 121

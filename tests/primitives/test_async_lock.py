@@ -209,12 +209,33 @@ def test_signals_and_fencing(path: str) -> None:
             capture(lock_signals.lock_released) as released,
         ):
             for _ in range(3):
-                async with AsyncLock("sig") as lock:
+                async with AsyncLock("sig", fencing=True) as lock:
                     tokens.append(lock.fencing_token)
         assert [c["fencing_token"] for c in acquired] == tokens
         assert all(c["sender"] is AsyncLock and c["kind"] == "lock" for c in acquired)
         assert len(released) == 3
         assert tokens == sorted(tokens) and len(set(tokens)) == 3
+
+    run(main())
+
+
+def test_a_fencing_token_taken_on_first_use_is_awaitable(path: str) -> None:
+    # Contract change (lean Lock): without fencing=True the acquire takes no
+    # token (lock_acquired says None); the first use takes one, awaited or not.
+    async def main() -> None:
+        tokens: list[int | None] = []
+        with capture(lock_signals.lock_acquired) as acquired:
+            async with AsyncLock("sig-lazy", fencing=True) as first:
+                tokens.append(first.fencing_token)
+            async with AsyncLock("sig-lazy") as lock:
+                token = await lock.get_fencing_token()
+                assert lock.fencing_token == token  # the same token, no round trip
+                tokens.append(token)
+            async with AsyncLock("sig-lazy") as lock:
+                tokens.append(lock.fencing_token)  # the property: one blocking round trip
+        assert [c["fencing_token"] for c in acquired] == [tokens[0], None, None]
+        assert None not in tokens and tokens == sorted(tokens) and len(set(tokens)) == 3
+        assert await AsyncLock("sig-lazy").get_fencing_token() is None  # not held
 
     run(main())
 
@@ -353,7 +374,9 @@ def test_a_cancellation_lost_in_an_attempt_is_honoured(
     async def run_losing_cancellation(
         self: AsyncConnection, script: Any, keys: Any, args: Any
     ) -> Any:
-        if script.name not in ("lock_acquire.lua", "semaphore_acquire.lua", "rwlock_acquire.lua"):
+        # a Lock's uncontended acquire is its plain SET (LOCK_TAKE), no script
+        acquires = ("SET", "lock_acquire.lua", "semaphore_acquire.lua", "rwlock_acquire.lua")
+        if script.name not in acquires:
             return await real_run(self, script, keys, args)
         sending.set()
         with contextlib.suppress(asyncio.CancelledError):  # as wait_for, the write just done
@@ -469,15 +492,17 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
     import threading
 
     from django_redislock import AsyncSemaphore
-    from django_redislock.backend.scripts import LOCK_ACQUIRE, SEMAPHORE_ACQUIRE, Script
+    from django_redislock.backend.scripts import LOCK_TAKE, SEMAPHORE_ACQUIRE, Command, Script
     from django_redislock.engine import bounds
 
     monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda client: None)
-    real = Script.__call__
+    reals = {Script: Script.__call__, Command: Command.__call__}
     entered, go, sent = threading.Event(), threading.Event(), threading.Event()
 
     def held_back(script: Script, client: Any, keys: Any, args: Any) -> Any:
-        if script not in (LOCK_ACQUIRE, SEMAPHORE_ACQUIRE) or entered.is_set():
+        real = reals[type(script)]
+        # a Lock's uncontended acquire is its plain SET (LOCK_TAKE)
+        if script not in (LOCK_TAKE, SEMAPHORE_ACQUIRE) or entered.is_set():
             return real(script, client, keys, args)
         entered.set()
         go.wait(10)  # not on the wire yet when the caller gives up
@@ -487,6 +512,7 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
             sent.set()
 
     monkeypatch.setattr("django_redislock.backend.scripts.Script.__call__", held_back)
+    monkeypatch.setattr("django_redislock.backend.scripts.Command.__call__", held_back)
     name = f"thread-cancel-{kind}-{blocking_timeout}"
     prim = AsyncLock(name, timeout=60) if kind == "lock" else AsyncSemaphore(name, 1, timeout=60)
 
@@ -567,19 +593,19 @@ import django
 django.setup()
 from django_redislock import AsyncLock
 from django_redislock.backend import aio as async_clients
-from django_redislock.backend.scripts import LOCK_ACQUIRE, Script
+from django_redislock.backend.scripts import LOCK_TAKE, Command
 
 async_clients.get_async_client = lambda client: None
-real, ran, go = Script.__call__, threading.Event(), threading.Event()
+real, ran, go = Command.__call__, threading.Event(), threading.Event()
 
 def reply_late(script, client, keys, args):
     result = real(script, client, keys, args)
-    if script is LOCK_ACQUIRE and not ran.is_set():
+    if script is LOCK_TAKE and not ran.is_set():
         ran.set()
         go.wait(10)  # Redis ran it; the caller gives up before the reply
     return result
 
-Script.__call__ = reply_late
+Command.__call__ = reply_late
 
 async def main():
     task = asyncio.create_task(AsyncLock({name!r}, timeout=60).acquire(blocking_timeout={bt}))

@@ -141,6 +141,7 @@ def acquire_args(token: str) -> list[object]:
         token=token,
         lease_ms=20_000,
         mode="wait",
+        fenced=0,
         holder="h:1:T",
         since_ms=0,
         waiter_ttl_ms=3000,

@@ -19,13 +19,14 @@ from django_redislock.primitives import lock_common as lock_steps
 from tests.support.other_holders import OtherThread
 
 
-def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cancel an ``AsyncLock`` acquire just after Redis ran its acquire script."""
+def cancel_once_acquire_ran(monkeypatch: pytest.MonkeyPatch, acquire: Script) -> None:
+    """Cancel an ``AsyncLock`` acquire just after Redis ran ``acquire`` (its
+    plain SET, or its script when it took its fencing token up front)."""
     real_run = async_locks.AsyncConnection.run
 
     async def ran_then_cancelled(self: Any, script: Any, keys: Any, args: Any) -> Any:
         result = await real_run(self, script, keys, args)
-        if script is lock_steps.LOCK_ACQUIRE:
+        if script is acquire:
             raise asyncio.CancelledError
         return result
 
@@ -99,29 +100,37 @@ def test_a_renewal_that_loses_the_race_with_the_release_is_not_a_loss(
     holding.end()
 
 
+#: A Lock's acquire: its plain SET, or its script when fenced up front.
+ACQUIRES = pytest.mark.parametrize(
+    ("fencing", "acquire"), [(False, "LOCK_TAKE"), (True, "LOCK_ACQUIRE")], ids=["set", "fenced"]
+)
+
+
+@ACQUIRES
 def test_an_acquire_interrupted_after_the_grant_is_undone(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fencing: bool, acquire: str
 ) -> None:
     # Redis granted it... but the caller never learned
     monkeypatch.setattr(
-        "django_redislock.primitives.lock_common.LOCK_ACQUIRE",
-        RanThenInterrupted(lock_steps.LOCK_ACQUIRE),
+        f"django_redislock.primitives.lock_common.{acquire}",
+        RanThenInterrupted(getattr(lock_steps, acquire)),
     )
     with pytest.raises(KeyboardInterrupt):
-        Lock("interrupted").acquire()
+        Lock("interrupted", fencing=fencing).acquire()
     monkeypatch.undo()
     assert not Lock("interrupted").locked()
     assert watchdog.watching() == 0
 
 
+@ACQUIRES
 def test_a_cancelled_async_acquire_after_the_grant_is_undone(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, fencing: bool, acquire: str
 ) -> None:
-    cancel_once_acquire_ran(monkeypatch)
+    cancel_once_acquire_ran(monkeypatch, getattr(lock_steps, acquire))
 
     async def main() -> None:
         with pytest.raises(asyncio.CancelledError):
-            await AsyncLock("cancelled").acquire()
+            await AsyncLock("cancelled", fencing=fencing).acquire()
 
     asyncio.run(main())
     monkeypatch.undo()
@@ -232,7 +241,7 @@ def test_a_cancelled_async_acquire_after_it_queued_leaves_no_queue_entry(
 ) -> None:
     holder = Lock("async-unawares")
     holder.acquire()
-    cancel_once_acquire_ran(monkeypatch)
+    cancel_once_acquire_ran(monkeypatch, lock_steps.LOCK_ACQUIRE)  # after its SET failed
 
     async def main() -> None:
         with pytest.raises(asyncio.CancelledError):

@@ -395,12 +395,20 @@ def test_acquired_and_released_signals() -> None:
     with (
         capture(lock_signals.lock_acquired) as acquired,
         capture(lock_signals.lock_released) as released,
-        Lock("sig") as lock,
+        Lock("sig", fencing=True) as lock,
     ):
         token = lock.fencing_token
     assert acquired[0]["name"] == "sig"
     assert acquired[0]["fencing_token"] == token
     assert released[0]["held"] >= 0
+
+
+def test_an_acquire_that_took_no_fencing_token_announces_none() -> None:
+    # Contract change (lean Lock): the fencing token is taken on first use,
+    # after lock_acquired was sent, unless asked for up front (fencing=True).
+    with capture(lock_signals.lock_acquired) as acquired, Lock("sig-lazy") as lock:
+        assert lock.fencing_token is not None
+    assert acquired[0]["fencing_token"] is None
 
 
 def test_giving_up_leaves_no_queue_behind(

@@ -143,6 +143,47 @@ class Script:
         return f"<Script {self.name} {self.sha[:8]}>"
 
 
+class Command(Script):
+    """One plain Redis command that runs where a ``Script`` does (a protocol
+    step, ``engine/steps.Call``, a pipeline), with no Lua: sent as
+    ``<command> KEYS... ARGV[0] <flags> ARGV[1:]...`` through
+    ``execute_command``, redis-py's public path (its response callback,
+    retries and instrumentation apply). A Lock's uncontended acquire,
+    ``SET k v NX PX ms``, is
+    ``Command("SET", keys=("lock",), args=("value", "ms"), flags=("NX", "PX"))``.
+    """
+
+    # no Lua to read: nothing of Script.__init__ applies
+    def __init__(
+        self, command: str, *, keys: Sequence[str], args: Sequence[str], flags: Sequence[str] = ()
+    ) -> None:
+        self.name = command
+        self.text = ""
+        self.sha = ""
+        self.command = command
+        self.flags = tuple(flags)
+        self.key_names = tuple(keys)
+        self.arg_names = tuple(args)
+        self.optional = frozenset()
+        self.per_name = False
+        self._arg_set = frozenset(self.arg_names)
+
+    def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        return client.execute_command(self.command, *keys, args[0], *self.flags, *args[1:])
+
+    def ensure_loaded(self, client: Any) -> None:
+        """Nothing to load."""
+
+    def queue(self, pipe: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> None:
+        pipe.execute_command(self.command, *keys, args[0], *self.flags, *args[1:])
+
+    async def run_async(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
+        return await client.execute_command(self.command, *keys, args[0], *self.flags, *args[1:])
+
+    def __repr__(self) -> str:
+        return f"<Command {self.command} {' '.join(self.flags)}>"
+
+
 def _in_order(script: Script, names: tuple[str, ...], given: Mapping[str, Any]) -> list[Any]:
     """``given`` as a list in ``names``' order, stopping at the first absent optional name."""
     out = []
@@ -163,8 +204,8 @@ _RELEASE_KEYS = ("lock", "queue", "deadlines", "fence")
 LOCK_ACQUIRE = Script(
     "lock_acquire.lua",
     keys=_LOCK_KEYS,
-    args=("token", "lease_ms", "mode", "holder", "since_ms", "waiter_ttl_ms", "stats_ttl_ms",
-          "waited_ms"),
+    args=("token", "lease_ms", "mode", "fenced", "holder", "since_ms", "waiter_ttl_ms",
+          "stats_ttl_ms", "waited_ms"),
     optional=("fence", "queue", "deadlines", "stats", "waited_ms"),
 )  # fmt: skip
 LOCK_RELEASE = Script(
@@ -173,6 +214,9 @@ LOCK_RELEASE = Script(
     args=("token", "final"),
     optional=("queue", "deadlines", "fence", "final"),
 )
+LOCK_FENCE = Script("lock_fence.lua", keys=("lock", "fence"), args=("token",), optional=("fence",))
+#: A Lock's uncontended acquire: no script, one plain ``SET NX PX``.
+LOCK_TAKE = Command("SET", keys=("lock",), args=("value", "lease_ms"), flags=("NX", "PX"))
 LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
 #: The watchdog's batch of ``LOCK_EXTEND``s: KEYS one lock each, ARGV the
 #: lease then a token per key (``holds/renewals.py``).

@@ -1,4 +1,4 @@
--- Acquire a Lock, fairly, in one round trip.
+-- Acquire a Lock, fairly: the script half of an acquire.
 -- KEYS[1] lock       STRING the holder's value (see _lock_value.lua), with the lease as TTL
 -- KEYS[2] fence      STRING fencing counter of this name; optional: derived from the lock key when left out
 -- KEYS[3] queue      ZSET   waiters in arrival order; optional, as fence
@@ -9,11 +9,19 @@
 -- ARGV[3] mode           "try": no queueing; "wait": queue on failure; "nest": reentrant re-acquire
 --                        (a "try" or "wait" attempt for a token that holds the lock already is
 --                        answered as held: sending it again after a lost reply is safe)
--- ARGV[4] holder         description of the holder (host:pid:thread) for operators
--- ARGV[5] since_ms       the holder's wall clock, for display only (never for ordering)
--- ARGV[6] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
--- ARGV[7] stats_ttl_ms   how long counters outlive their last update; 0: counting off
--- ARGV[8] waited_ms      ms this call has waited so far; optional, left out on its first attempt
+-- ARGV[4] fenced         "1": a grant takes a fencing token (the caller asked for one up front,
+--                        or Redlock); "0": it is left 0, taken on first use (lock_fence.lua)
+-- ARGV[5] holder         description of the holder (host:pid:thread) for operators
+-- ARGV[6] since_ms       the holder's wall clock, for display only (never for ordering)
+-- ARGV[7] waiter_ttl_ms  how long a queued waiter stays presumed alive without re-checking
+-- ARGV[8] stats_ttl_ms   how long counters outlive their last update; 0: counting off
+-- ARGV[9] waited_ms      ms this call has waited so far; optional, left out on its first attempt
+--
+-- A Lock's uncontended acquire is no script at all: a plain SET NX PX of the
+-- value an unfenced grant writes (token:0:1:0:lease:since:holder). This
+-- script runs when that SET found the lock taken, or for a waiter's
+-- re-check, or for an acquire that wants its fencing token at once (fenced
+-- "1", which then takes a free lock nobody waits for on its fast path below).
 -- Of the counters (_stats.lua) this script keeps only 'contended', once per call:
 -- 'acquired' and 'wait_ms' are counted by the client, batched (holds/counters.py).
 -- A waiter's handoff grant (_handoff.lua) is min(lease_ms, waiter_ttl_ms): no
@@ -22,35 +30,32 @@
 -- A Lock sends only KEYS[1]: its other keys share its name (lock_keys in
 -- _lock_value.lua, written out below), which saves the client encoding four
 -- keys per call; Redlock sends its four (and no stats).
--- Returns one integer: the fencing token (> 0) when held; 0 when a reentrant
--- acquire finds the lock no longer ours; -1 - retry_hint_ms when refused.
---
--- The common case, a free lock nobody waits for, comes first and is written
--- out in full (next_fence inlined): it runs before the preludes, so it pays
--- for none of their closures, and it is most of the server time of an
--- uncontended lock.
+-- Returns one integer: the fencing token (> 0) when held with one; -1 when
+-- held without one yet; 0 when a reentrant acquire finds the lock no longer
+-- ours; -2 - retry_hint_ms when refused.
 local lock, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 if not fence_key then  -- lock_keys, inlined (the preludes come later): only the two needed here
   local base = string.sub(lock, 1, -5)
   fence_key, queue = base .. 'fence', base .. 'queue'
 end
-local token, lease, mode = ARGV[1], ARGV[2], ARGV[3]
+local token, lease, mode, fenced = ARGV[1], ARGV[2], ARGV[3], ARGV[4] == '1'
 
 local queue_empty = mode ~= 'nest' and redis.call('EXISTS', queue) == 0
-local fence
-if queue_empty then
-  fence = redis.call('INCR', fence_key)
+-- The fenced common case, a free lock nobody waits for, written out in full
+-- (next_fence inlined): it runs before the preludes, so it pays for none of
+-- their closures.
+if queue_empty and fenced and redis.call('EXISTS', lock) == 0 then
+  local fence = redis.call('INCR', fence_key)
   -- (re)created, or last moved up to the clock over FENCE_SLACK_MS ago (next_fence)
   if redis.call('PTTL', fence_key) < 9990 then  -- FENCE_MEMORY_MS - FENCE_SLACK_MS
     local t = redis.call('TIME')
     fence = math.max(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]))
     redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
   end
-  if redis.call('SET', lock,
-      token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[5] .. ':'
-        .. ARGV[4], 'NX', 'PX', lease) then
-    return fence
-  end
+  redis.call('SET', lock,
+    token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[6] .. ':'
+      .. ARGV[5], 'PX', lease)
+  return fence
 end
 
 -- @preludes
@@ -61,28 +66,53 @@ if not KEYS[2] then
   _, _, deadlines, stats = lock_keys(lock)
 end
 local sigprefix = signal_prefix(lock)
-local waited_ms = ARGV[8] or '-1'
+local waited_ms = ARGV[9] or '-1'
 
 local function refused(hint)
-  count_contention(stats, ARGV[7], waited_ms)
-  return -1 - math.max(hint, 0)
+  count_contention(stats, ARGV[8], waited_ms)
+  return -2 - math.max(hint, 0)
+end
+
+-- The reply of a hold with fencing token `fence` (0: none taken yet).
+local function held(fence)
+  fence = tonumber(fence)
+  if fence > 0 then
+    return fence
+  end
+  return -1
+end
+
+-- A new hold of a free lock: its value, with the waiters flag as the queue stands.
+local function grant(waiters)
+  local fence = 0
+  if fenced then
+    fence = next_fence(fence_key)
+  end
+  redis.call('SET', lock, lock_value(token, waiters, 1, fence, lease, ARGV[6], ARGV[5]),
+    'PX', lease)
+  return held(fence)
 end
 
 -- The lock holds this very token already: a waiter re-checking after the lock
 -- was handed to it, before it read its signal, or an attempt sent again after
--- its first reply was lost (redis-py's retry policy) that had been granted.
+-- its first reply was lost (redis-py's retry policy) that had been granted
+-- (the plain SET NX too: retried, it fails on the caller's own value).
 -- Either way it is the caller's: take it, with the full lease. (Counted once,
 -- by the client that takes it.) This makes an acquire idempotent per token.
+-- A caller that asked for its fencing token up front gets one now.
 local function handed_over()
   local value = redis.call('GET', lock)
   if not (value and string.sub(value, 1, #token + 1) == token .. ':') then
     return nil
   end
   local _, waiters, count, fence, _, since, holder = parse_lock(value)
+  if fenced and tonumber(fence) == 0 then
+    fence = next_fence(fence_key)
+  end
   redis.call('DEL', sigprefix .. token)
   redis.call('SET', lock, lock_value(token, waiters, count, fence, lease, since, holder),
     'PX', lease)
-  return tonumber(fence)
+  return held(fence)
 end
 
 -- Queue (or re-queue) a refused waiter. Whatever its signal list holds is
@@ -90,9 +120,9 @@ end
 -- whose first lease ran out (the lock is not ours) must not be taken later.
 local function wait_in_line(now_ms, now_us)
   redis.call('DEL', sigprefix .. token)
-  local waiter_ttl = tonumber(ARGV[6])
+  local waiter_ttl = tonumber(ARGV[7])
   enqueue(queue, deadlines, token, now_ms, now_us, waiter_ttl,
-    ':' .. math.min(tonumber(lease), waiter_ttl) .. ':' .. ARGV[4])
+    ':' .. math.min(tonumber(lease), waiter_ttl) .. ':' .. ARGV[5])
 end
 
 if mode == 'nest' then
@@ -106,14 +136,18 @@ if mode == 'nest' then
   end
   redis.call('SET', lock, lock_value(token, waiters, count + 1, fence, lease, since, holder),
     'PX', lease)
-  return tonumber(fence)
+  return held(fence)
 end
 
--- Nobody was queued but the lock is taken (the fast path's SET NX failed).
+-- Nobody is queued: the caller's SET NX found the lock taken (or, fenced,
+-- the fast path above did), unless it was freed since.
 if queue_empty then
   local mine = handed_over()
   if mine then
     return mine
+  end
+  if redis.call('EXISTS', lock) == 0 then
+    return grant(0)
   end
   local hint = redis.call('PTTL', lock)
   if mode == 'wait' then
@@ -126,8 +160,8 @@ end
 -- Someone is queued: the first live waiter is entitled to a free lock.
 local now_ms, now_us = server_time()
 local hint
-local held = redis.call('EXISTS', lock) == 1
-if held then
+local is_held = redis.call('EXISTS', lock) == 1
+if is_held then
   local mine = handed_over()
   if mine then
     return mine
@@ -139,18 +173,14 @@ else
     if head then
       dequeue(queue, deadlines, sigprefix, token)
     end
-    local fence = next_fence(fence_key)
-    local waiters = redis.call('EXISTS', queue)
-    redis.call('SET', lock, lock_value(token, waiters, 1, fence, lease, ARGV[5], ARGV[4]),
-      'PX', lease)
-    return fence
+    return grant(redis.call('EXISTS', queue))
   end
   signal(sigprefix, head, deadline - now_ms)
   hint = deadline - now_ms
 end
 if mode == 'wait' then
   wait_in_line(now_ms, now_us)
-  if held then
+  if is_held then
     mark_waiters(lock)
   end
 end

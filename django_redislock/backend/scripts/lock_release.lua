@@ -21,15 +21,16 @@ if not value then
   return -1
 end
 -- The value starts '<token>:<waiters>:<count>:' (_lock_value.lua); tokens are hex.
+local final = ARGV[2] == '1'
+-- The common case, before the preludes' closures: the last level, nobody
+-- waiting (one compare: the owner and the waiters flag at once).
+if final and string.sub(value, 1, #token + 3) == token .. ':0:' then
+  redis.call('DEL', lock)
+  return 0
+end
 local mine = #token + 1
 if string.sub(value, 1, mine) ~= token .. ':' then
   return -1
-end
-local final = ARGV[2] == '1'
--- The common case, before the preludes' closures: the last level, nobody waiting.
-if final and string.sub(value, mine + 1, mine + 2) == '0:' then
-  redis.call('DEL', lock)
-  return 0
 end
 
 -- @preludes

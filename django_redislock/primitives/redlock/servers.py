@@ -234,6 +234,7 @@ def lock_call(
             token=token,
             lease_ms=lease_ms,
             mode="try",
+            fenced=1,
             holder=holder,
             since_ms=int(time.time() * 1000),
             waiter_ttl_ms=0,

@@ -14,7 +14,7 @@ from django_redislock.engine.steps import HELD, REFUSED, Call, FanOut, Outcome, 
 from django_redislock.primitives.redlock.quorum import QuorumAttempt, acquire, retry_after
 
 GRANTED = [7, 9, 8]  # fencing counters: held
-REFUSED_FOR = -1 - 2000  # refused, the holder's lease ends in 2 s
+REFUSED_FOR = -2 - 2000  # refused, the holder's lease ends in 2 s (lock_acquire.lua)
 
 
 def attempt(count: int = 5, deadline: float | None = None) -> QuorumAttempt:
