@@ -28,7 +28,6 @@ from django_redislock.backend import client as backend
 from django_redislock.conf import get_settings
 from django_redislock.models import HeldLock
 from django_redislock.ops import audit, charts, dashboard, inspection
-from django_redislock.ops import history as hot
 from django_redislock.ops.common import OpsError, Page, check_name_arg, connect, describe_error
 
 #: Rows per dashboard page.
@@ -43,31 +42,6 @@ ORDER_LABELS = {
     "lost": gettext_lazy("lost leases"),
     "wait_ms": gettext_lazy("wait time"),
 }
-
-
-def _history(entry: hot.NameHistory) -> dict[str, Any]:
-    """One name's hot-names history with its charts, labelled with measured
-    values over the hour the charts show: the peak and the median (of the
-    minutes with any) of acquisitions per minute, the highest p95 and the
-    median p50 of waits (histogram bucket bounds, hence "at most"), and the
-    mean wait, which is exact."""
-    waits = entry.totals["waits"]
-    return {
-        "name": entry.name,
-        "totals": entry.totals,
-        "acquired_chart": charts.bars(
-            entry.acquired, _("Acquisitions per minute of %s") % entry.name
-        ),
-        "wait_chart": charts.lines(
-            {"p50": entry.p50_ms, "p95": entry.p95_ms},
-            _("Wait p50 and p95 per minute of %s") % entry.name,
-        ),
-        "acquired_peak": charts.peak(entry.acquired),
-        "acquired_median": charts.median(entry.acquired),
-        "peak_p95": charts.peak(entry.p95_ms),
-        "median_p50": charts.median(entry.p50_ms),
-        "mean_wait_ms": entry.totals["wait_ms"] / waits if waits else None,
-    }
 
 
 def _page_number(request: HttpRequest) -> int:
@@ -180,7 +154,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         order = dashboard.choice(request.GET.get("order"), dashboard.ORDERS, "waits")
         client, prefix = connect()
         hot = [
-            _history(entry)
+            charts.name_charts(entry)
             for entry in dashboard.hot_panel(client, prefix, window=window, order=order)
         ]
         return {
@@ -287,7 +261,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 counters=counters,
                 counted=any(entry["counted"] for entry in held),
                 read_at=datetime.fromtimestamp(now, tz=timezone.utc),
-                history=_history(history) if history is not None else None,
+                history=charts.name_charts(history) if history is not None else None,
                 server_time=now,
             )
             if not held:

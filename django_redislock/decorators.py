@@ -1,10 +1,9 @@
 """``@require_lock``: run a view, task or function under a lock named from its arguments.
 
-``"sku:<pk>"`` names the lock from the call: ``<pk>`` is looked up in the
-view's URL kwargs, then in the function's arguments by name; ``<request.user.pk>``
-follows attributes (and mapping keys, for ``<self.kwargs.pk>``). The template is
-checked when the decorator is applied, so a placeholder that no argument can
-ever fill is an ``ImproperlyConfigured`` at import time, not a 500 per request.
+``"sku:<pk>"`` names the lock from the call (``naming.py``: the call's
+arguments, the view's URL kwargs, attributes; checked when the decorator is
+applied, so a placeholder that no argument can ever fill is an
+``ImproperlyConfigured`` at import time, not a 500 per request).
 
 A call is a *view call* when its first argument (or its second, after ``self``)
 is an ``HttpRequest``. Then contention answers ``423 Locked`` with
@@ -25,22 +24,22 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.core.exceptions import BadRequest, ImproperlyConfigured
+from django.core.exceptions import BadRequest
 from django.db import connections, transaction
 from django.http import HttpRequest, HttpResponseBase
 
 from django_redislock import responses
 from django_redislock.context import describing_request
 from django_redislock.exceptions import LockBackendError, LockLostError, LockTimeout
+from django_redislock.naming import NamePlan, parse_template
 from django_redislock.primitives.async_lock import AsyncLock
 from django_redislock.primitives.lock import Lock
 from django_redislock.transactions import hand_over
-from django_redislock.validation import check_alias, check_lease, check_name, check_seconds
+from django_redislock.validation import check_alias, check_lease, check_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -62,46 +61,6 @@ OnLockLost = int | LockLostHandler | Literal["raise"] | None
 #: Lock failures raised under a view call that it answers instead of a 500.
 _ANSWERED = (LockBackendError, LockLostError)
 
-_PLACEHOLDER = re.compile(r"<([^<>]*)>")
-_PATH = re.compile(r"[^\W\d]\w*(?:\.[^\W\d]\w*)*\Z")
-
-
-class _Missing:
-    pass
-
-
-_MISSING = _Missing()
-
-
-def _parse(template: object) -> list[str | tuple[str, ...]]:
-    """The template as literal strings and placeholder paths."""
-    if not isinstance(template, str):
-        raise TypeError(f"template must be a str, not {type(template).__name__}.")
-    if not template:
-        raise ValueError("template must not be empty.")
-    parts: list[str | tuple[str, ...]] = []
-    position = 0
-    for match in _PLACEHOLDER.finditer(template):
-        literal = template[position : match.start()]
-        if "<" in literal or ">" in literal:
-            raise ValueError(f"template {template!r} has an unmatched '<' or '>'.")
-        if literal:
-            parts.append(literal)
-        path = match.group(1)
-        if not _PATH.match(path):
-            raise ValueError(
-                f"template {template!r} has a malformed placeholder <{path}>; "
-                "use <name> or <name.attribute>."
-            )
-        parts.append(tuple(path.split(".")))
-        position = match.end()
-    tail = template[position:]
-    if "<" in tail or ">" in tail:
-        raise ValueError(f"template {template!r} has an unmatched '<' or '>'.")
-    if tail:
-        parts.append(tail)
-    return parts
-
 
 def _check_on_contention(value: object, option: str = "on_contention") -> Any:
     if value is None or value == "raise" or callable(value):
@@ -113,111 +72,6 @@ def _check_on_contention(value: object, option: str = "on_contention") -> Any:
     if not 400 <= value <= 599:
         raise ValueError(f"{option} status must be an error status (400-599), not {value}.")
     return value
-
-
-def _is_request(value: object) -> bool:
-    # a DRF Request wraps the HttpRequest in ``_request``
-    return isinstance(value, HttpRequest) or isinstance(
-        getattr(value, "_request", None), HttpRequest
-    )
-
-
-class _Plan:
-    """How to name the lock for one decorated callable, worked out once."""
-
-    def __init__(self, func: Callable[..., Any], parts: list[str | tuple[str, ...]]) -> None:
-        self.parts = parts
-        self.extra: dict[str, object] = {}
-        # method_decorator hands each decorator the bound method as a partial,
-        # or (a list of decorators) another decorator's wrapper of it: its
-        # ``__wrapped__`` chain goes on past the partial to the unbound method,
-        # whose ``self`` would take the request's place
-        inner = inspect.unwrap(func, stop=lambda f: isinstance(f, functools.partial))
-        if isinstance(inner, functools.partial):
-            self.signature = inspect.signature(inner, follow_wrapped=False)
-            owner = getattr(inner.func, "__self__", None)
-            if owner is not None:
-                self.extra["self"] = owner
-        else:
-            self.signature = inspect.signature(func)
-        params = list(self.signature.parameters.values())
-        self.method = bool(params) and params[0].name in ("self", "cls")
-        self.var_keyword = next(
-            (p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None
-        )
-        names = set(self.signature.parameters) | set(self.extra)
-        for part in parts:
-            if isinstance(part, tuple) and part[0] not in names and self.var_keyword is None:
-                qualname = getattr(func, "__qualname__", repr(func))
-                raise ImproperlyConfigured(
-                    f"require_lock: placeholder <{'.'.join(part)}> can never be filled: "
-                    f"{qualname}() has no argument {part[0]!r} and takes no **kwargs "
-                    f"(URL kwargs). Its arguments are: {', '.join(self.signature.parameters)}."
-                )
-
-    def request_of(self, args: tuple[Any, ...]) -> Any | None:
-        """The request when this is a view call, else ``None``."""
-        index = 1 if self.method else 0
-        if len(args) > index and _is_request(args[index]):
-            return args[index]
-        if index and args and _is_request(args[0]):
-            return args[0]
-        return None
-
-    def name(self, request: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-        """The lock name for this call; ``ValueError`` when it is unusable.
-
-        A placeholder is filled from the arguments the call was given, then
-        the URL kwargs of the request, then the function's defaults: a view
-        gets its URL kwargs as arguments anyway, and a function that takes a
-        request but is called by another view (whose URL kwargs say nothing
-        of it) must lock the name it was called for.
-        """
-        url_kwargs: Mapping[str, Any] = {}
-        match = getattr(request, "resolver_match", None) if request is not None else None
-        if match is not None:
-            url_kwargs = match.kwargs
-        bound = self.signature.bind_partial(*args, **kwargs)
-        given = dict(bound.arguments)
-        if self.var_keyword is not None:
-            given.update(given.pop(self.var_keyword, {}))
-        bound.apply_defaults()
-        defaults = bound.arguments
-        chunks = []
-        for part in self.parts:
-            if isinstance(part, str):
-                chunks.append(part)
-                continue
-            root = part[0]
-            for source in (given, url_kwargs, defaults, self.extra):
-                if root in source:
-                    value = source[root]
-                    break
-            else:
-                raise ValueError(f"placeholder <{'.'.join(part)}> was not given.")
-            for attribute in part[1:]:
-                if value is None:  # <request.user.profile.pk> without a profile
-                    raise ValueError(f"placeholder <{'.'.join(part)}> is None.")
-                # A mapping's key first, as Django's templates look up: in
-                # <request.GET.items> "items" is the query's key, not the method.
-                if isinstance(value, Mapping):
-                    found = value.get(attribute, _MISSING)
-                    if found is _MISSING:  # a key the request left out: its fault (400)
-                        raise ValueError(f"placeholder <{'.'.join(part)}> was not given.")
-                else:
-                    found = getattr(value, attribute, _MISSING)
-                if found is _MISSING:
-                    raise ImproperlyConfigured(
-                        f"require_lock: placeholder <{'.'.join(part)}>: "
-                        f"{type(value).__name__} has no attribute {attribute!r}."
-                    )
-                value = found
-            if value is None:
-                raise ValueError(f"placeholder <{'.'.join(part)}> is None.")
-            chunks.append(str(value))
-        name = "".join(chunks)
-        check_name(name, "lock name")
-        return name
 
 
 def _release_failed(name: str, exc: LockBackendError, request: Any) -> None:
@@ -301,7 +155,7 @@ def require_lock(
     Answers are built by ``responses`` (DRF views get ``{"detail": ...}``
     JSON). Calls that are not view calls raise these errors.
     """
-    parts = _parse(template)
+    parts = parse_template(template)
     check_lease(timeout)
     check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
     check_alias(using)
@@ -314,27 +168,32 @@ def require_lock(
     )
 
     def decorator(func: F) -> F:
-        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
-            qualname = getattr(func, "__qualname__", repr(func))
-            raise TypeError(
-                f"require_lock cannot guard {qualname}(), a generator function: its body "
-                f"runs after the call has returned, and the lock was released by then. "
-                f"Take the lock inside it: `with Lock(...):` (`async with AsyncLock(...):`)."
-            )
-        guard = _Guard(func, template, _Plan(func, parts), answers, (timeout, blocking_timeout))
-        if iscoroutinefunction(func):
-
-            async def _async_view(*args: Any, **kwargs: Any) -> Any:
-                return await guard.call_async(*args, **kwargs)
-
-            return cast(F, markcoroutinefunction(functools.wraps(func)(_async_view)))
-
-        def _view(*args: Any, **kwargs: Any) -> Any:
-            return guard.call(*args, **kwargs)
-
-        return cast(F, functools.wraps(func)(_view))
+        plan = NamePlan(func, parts)
+        return _wrap(func, _Guard(func, template, plan, answers, (timeout, blocking_timeout)))
 
     return decorator
+
+
+def _wrap(func: F, guard: _Guard) -> F:
+    """``func`` run through ``guard``, sync or async as ``func`` is."""
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        qualname = getattr(func, "__qualname__", repr(func))
+        raise TypeError(
+            f"require_lock cannot guard {qualname}(), a generator function: its body "
+            f"runs after the call has returned, and the lock was released by then. "
+            f"Take the lock inside it: `with Lock(...):` (`async with AsyncLock(...):`)."
+        )
+    if iscoroutinefunction(func):
+
+        async def _async_view(*args: Any, **kwargs: Any) -> Any:
+            return await guard.call_async(*args, **kwargs)
+
+        return cast(F, markcoroutinefunction(functools.wraps(func)(_async_view)))
+
+    def _view(*args: Any, **kwargs: Any) -> Any:
+        return guard.call(*args, **kwargs)
+
+    return cast(F, functools.wraps(func)(_view))
 
 
 class _Guard:
@@ -346,7 +205,7 @@ class _Guard:
         self,
         func: Callable[..., Any],
         template: str,
-        plan: _Plan,
+        plan: NamePlan,
         answers: responses.Answers,
         options: tuple[float | None, float | None],
     ) -> None:

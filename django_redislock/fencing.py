@@ -135,6 +135,17 @@ def fenced_update(
         raise TypeError(
             f"target must be a model instance or a QuerySet, not {type(target).__name__}."
         )
+    return _write_queryset(target, token, field, values, guards)
+
+
+def _write_queryset(
+    target: models.QuerySet[Any],
+    token: int,
+    field: str,
+    values: dict[str, Any],
+    guards: dict[str, Any],
+) -> bool:
+    """``fenced_update`` of a queryset: one ``UPDATE`` carrying every guard."""
     guarded = target.filter(**{f"{field}__lt": token}, **guards)
     writes = {**values, field: token}
     if _spans_tables(guarded, writes):

@@ -259,9 +259,9 @@ def _drop_leftover_cleanups() -> Iterator[None]:
     does not wait for an earlier test's. (Each test that cares checks its
     own clean-ups before it ends.)"""
     yield
-    from django_redislock.engine import bounds
+    from django_redislock.engine import janitor as janitor_module
 
-    bounds.janitor.drop_pending()
+    janitor_module.janitor.drop_pending()
 
 
 @pytest.fixture

@@ -25,7 +25,7 @@ import redis
 
 from django_redislock.backend import aio as async_clients
 from django_redislock.backend import client as backend
-from django_redislock.engine import bounds
+from django_redislock.engine import bounds, janitor
 from django_redislock.engine.steps import Call, Step
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class AsyncConnection:
         (``asyncio.run``'s coroutine returned, Ctrl-C) cancels every task
         left (once) and then waits for them: cancelled that way, the release
         is sent again, so the loop runs until Redis answered, or
-        ``bounds.CLEANUP_TIMEOUT`` passed (a hung Redis).
+        ``janitor.CLEANUP_TIMEOUT`` passed (a hung Redis).
         Sent twice, a release is harmless: the second finds the token gone,
         and an inner level's never frees the lock."""
         return await asyncio.shield(self._resent_if_cancelled(script, keys, args))
@@ -97,7 +97,7 @@ class AsyncConnection:
             if uncancel is not None:  # Python 3.11+: no cancellation pending now
                 uncancel()
         # a hung Redis must not hold the exit up
-        return await _bounded(self.run(script, keys, args), bounds.CLEANUP_TIMEOUT)
+        return await _bounded(self.run(script, keys, args), janitor.CLEANUP_TIMEOUT)
 
     async def wait_signal(self, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
         """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time."""
@@ -142,7 +142,7 @@ async def in_thread(func: Callable[..., T], server: Any, *args: Any) -> T:
     commands' daemon workers (not joined at exit), except when cancelled: the ``CancelledError``
     then carries ``after``, the command's future while it may still reach
     Redis (``None`` when it never started, or ended). The attempt's clean-up
-    follows it (``bounds.Janitor``): sent at once on another connection, it
+    follows it (``janitor.Janitor``): sent at once on another connection, it
     could reach Redis first, find nothing to undo, and the late acquire would
     leave the name held by nobody for its whole lease."""
     run = contextvars.copy_context().run
@@ -172,7 +172,7 @@ def run(steps: Generator[Step, Any, T], client: Any) -> T:
         after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
             if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
-                bounds.janitor.submit(client, step, after)
+                janitor.janitor.submit(client, step, after)
                 reply = None
             elif step.deadline is not None:
                 reply = _run_bounded(step, client, step.deadline)
@@ -195,7 +195,7 @@ def _unanswered(step: Step, client: Any, deadline: float, exc: BaseException) ->
         return
     after = getattr(exc, "after", None)  # bounds.Abandoned: a worker's command
     if isinstance(step, Call) and step.shield:
-        bounds.janitor.submit(client, step, after)
+        janitor.janitor.submit(client, step, after)
     raise backend.Unanswered(f"no answer within the blocking timeout: {exc}", after) from exc
 
 
@@ -306,18 +306,18 @@ async def _clean_up(
     step: Call, conn: AsyncConnection, after: concurrent.futures.Future[Any] | None
 ) -> Any:
     """Send a clean-up ``step`` (an interrupted attempt undone), waiting for
-    it at most ``bounds.CLEANUP_TIMEOUT`` (and not past the acquire's deadline
+    it at most ``janitor.CLEANUP_TIMEOUT`` (and not past the acquire's deadline
     by more than ``bounds.FLOOR``); unanswered by then, it is the janitor's
     to send (after ``after``, the attempt's command still on a worker). Its
     caller has been cancelled, or is about to raise: on a hung Redis it must
     not wait for it (with no ``blocking_timeout``, for ever)."""
-    seconds = bounds.CLEANUP_TIMEOUT
+    seconds = janitor.CLEANUP_TIMEOUT
     if step.deadline is not None:
         seconds = min(seconds, max(bounds.FLOOR, step.deadline - time.monotonic()))
     try:
         return await _bounded(conn.run(step.script, step.keys, step.args), seconds)
     except _TIMEOUTS:
-        bounds.janitor.submit(conn.sync, step, after)
+        janitor.janitor.submit(conn.sync, step, after)
         return None
 
 
@@ -334,7 +334,7 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
         after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
             if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
-                bounds.janitor.submit(conn.sync, step, after)
+                janitor.janitor.submit(conn.sync, step, after)
                 reply = None
             elif isinstance(step, Call) and step.shield:
                 reply = await asyncio.shield(_clean_up(step, conn, after))

@@ -246,13 +246,10 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     """The fair acquire: attempts until one answers other than ``REFUSED``.
 
     A refused attempt queues the caller when it may wait; between attempts
-    the caller waits on its own signal list. A signal other than a plain
-    wake-up is a handoff (status ``HANDED``), taken as it is while fresh (see
-    ``handoff_fresh``), else checked by another attempt. On giving up, or on
-    a status other than held or refused, it leaves the queue. On any
-    exception it runs the clean-up (best effort: a Redis error there must not
-    replace the original) and raises; Redis failures as ``LockBackendError``.
-    """
+    the caller waits on its own signal list for a wake-up or a handoff
+    (``_handed``). Giving up, or a status other than held or refused, leaves
+    the queue; any exception runs the clean-up, then is raised
+    (``interrupted``)."""
     queued = waited = False
     deadline = attempt.deadline
     call = bounded(attempt.call, deadline)
@@ -274,11 +271,7 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
             wait = wait_seconds(value, attempt.chunk, deadline, _slow(round_trip))
             signal = yield Wait(attempt.signal_key, wait, deadline)
             waited = True
-            if (
-                signal is not None
-                and signal[1] not in WAKE_UP
-                and handoff_fresh(started, attempt.handoff_lease)
-            ):
+            if _handed(signal, started, attempt.handoff_lease):
                 return Outcome(HANDED, int(signal[1]), started, waited)
             if attempt.on_wait is not None:
                 attempt.call = attempt.on_wait() or attempt.call
@@ -291,6 +284,12 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
         raise  # pragma: no cover - interrupted() raises
 
 
+def _handed(signal: Any, started: float, handoff_lease: float) -> bool:
+    """Whether ``signal`` is a handoff (not a plain wake-up) to take as it is
+    (``handoff_fresh``); a stale one is checked by another attempt."""
+    return signal is not None and signal[1] not in WAKE_UP and handoff_fresh(started, handoff_lease)
+
+
 def interrupted(
     name: str, cleanup: Call | None, deadline: float | None, exc: BaseException
 ) -> Generator[Step, Any, None]:
@@ -301,7 +300,7 @@ def interrupted(
 
     Redis did not answer within the budget, or the caller gave up on a
     command still on its way from a worker thread (drivers.in_thread): the
-    clean-up is sent in the background (bounds.Janitor), after it. So it is
+    clean-up is sent in the background (``engine/janitor.py``), after it. So it is
     when Redis failed (redis-py dropped the connection: a new one's set-up,
     several round trips, and a first NOSCRIPT would not be bounded by the
     deadline): the caller never waits on a clean-up that could outlive its

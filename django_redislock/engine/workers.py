@@ -6,7 +6,7 @@ that drops packets) with no socket timeout never comes back, so a process
 whose acquire once gave up on such a server could not exit at all: it hung
 in Python's exit handler. These workers are daemon threads; one still
 waiting at exit is simply dropped with the process, like the command it was
-sending (its attempt's clean-up, ``bounds.Janitor``, was the server's to
+sending (its attempt's clean-up, ``engine/janitor.py``, was the server's to
 receive anyway).
 
 Workers start on demand up to ``max_workers`` and exit after ``idle_exit``

@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext as _
+
+if TYPE_CHECKING:
+    from django_redislock.ops.history import NameHistory
 
 WIDTH = 180
 HEIGHT = 32
@@ -84,3 +89,26 @@ def median(values: Sequence[float | None]) -> float | None:
         return None
     middle = len(active) // 2
     return active[middle] if len(active) % 2 else (active[middle - 1] + active[middle]) / 2
+
+
+def name_charts(entry: NameHistory) -> dict[str, Any]:
+    """One name's hot-names history with its charts, labelled with measured
+    values over the hour the charts show: the peak and the median (of the
+    minutes with any) of acquisitions per minute, the highest p95 and the
+    median p50 of waits (histogram bucket bounds, hence "at most"), and the
+    mean wait, which is exact."""
+    waits = entry.totals["waits"]
+    return {
+        "name": entry.name,
+        "totals": entry.totals,
+        "acquired_chart": bars(entry.acquired, _("Acquisitions per minute of %s") % entry.name),
+        "wait_chart": lines(
+            {"p50": entry.p50_ms, "p95": entry.p95_ms},
+            _("Wait p50 and p95 per minute of %s") % entry.name,
+        ),
+        "acquired_peak": peak(entry.acquired),
+        "acquired_median": median(entry.acquired),
+        "peak_p95": peak(entry.p95_ms),
+        "median_p50": median(entry.p50_ms),
+        "mean_wait_ms": entry.totals["wait_ms"] / waits if waits else None,
+    }

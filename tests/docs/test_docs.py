@@ -6,6 +6,7 @@ import ast
 import builtins
 import re
 import symtable
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -89,7 +90,9 @@ def _unbound_names(code: str) -> set[str]:
 def test_each_recipe_block_imports_what_it_uses(page: str) -> None:
     """A block pasted on its own runs: it imports every name it uses, except
     the functions and classes an earlier block of the page defines."""
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "docs" / page).read_text(), re.S)
+    text = (ROOT / "docs" / page).read_text()
+    # a block inside a list item is indented with it
+    blocks = [textwrap.dedent(b) for b in re.findall(r"```python\n(.*?)```", text, re.S)]
     assert blocks, f"docs/{page} has no Python block"
     defined: set[str] = set()
     for number, code in enumerate(blocks, 1):

@@ -13,6 +13,7 @@ import pytest
 import redis
 
 from django_redislock.engine import bounds
+from django_redislock.engine import janitor as janitor_module
 from django_redislock.engine.steps import Call
 from tests.support.servers import free_port
 
@@ -121,7 +122,7 @@ def test_a_worker_answers_or_times_out_without_waiting_for_the_command() -> None
 def test_the_janitor_sends_a_clean_up_only_after_the_abandoned_command_ended() -> None:
     sent: list[str] = []
     running = concurrent.futures.Future[None]()
-    janitor = bounds.Janitor()
+    janitor = janitor_module.Janitor()
     cleanup = Call(lambda client, keys, args: sent.append("clean-up"), [], [])
     janitor.submit(redis.Redis(port=1), cleanup, after=running)
     assert not janitor.wait_idle(0.3)  # the abandoned command may still reach Redis
@@ -140,7 +141,7 @@ def test_dropped_clean_ups_are_forgotten_the_one_in_hand_too() -> None:
         tried.set()
         raise redis.ConnectionError("refused")
 
-    janitor = bounds.Janitor()
+    janitor = janitor_module.Janitor()
     janitor.submit(redis.Redis(port=1), Call(refused, [], []))
     assert tried.wait(5)  # in hand: failed, about to be tried again
     assert not janitor.wait_idle(0.1)

@@ -38,6 +38,7 @@ from django_redislock import (
 )
 from django_redislock.backend import client as backend
 from django_redislock.engine import bounds
+from django_redislock.engine import janitor as janitor_module
 from django_redislock.exceptions import LockBackendTimeout
 from tests.settings import redis_cache
 from tests.support.other_holders import OtherThread
@@ -99,7 +100,7 @@ def paused(redis_server_factory: Callable[..., RedisServer]) -> Iterator[Pausabl
         yield server
     finally:
         server.resume()
-        assert bounds.janitor.wait_idle(15), "a clean-up was never delivered"
+        assert janitor_module.janitor.wait_idle(15), "a clean-up was never delivered"
         server.client.close()
 
 
@@ -131,7 +132,7 @@ def assert_on_time(started: float, error: BaseException) -> None:
 def assert_nothing_left(server: Pausable, kind: str) -> None:
     """After the resume: the late attempt is undone (a lock passed on, a permit
     given back), no waiter is queued."""
-    assert bounds.janitor.wait_idle(15), "a clean-up was never delivered"
+    assert janitor_module.janitor.wait_idle(15), "a clean-up was never delivered"
     holders, queue = PARTS[kind]
     assert server.client.zcard(server.key(queue)) == 0
     ttl = server.client.pttl(server.key(holders))
@@ -313,7 +314,7 @@ def test_a_waiter_on_a_redis_paused_mid_wait_ends_at_its_blocking_timeout(
             assert paused.paused, "the server was not paused while the waiter waited"
             assert_on_time(started, info.value)
             paused.resume()
-            assert bounds.janitor.wait_idle(15)
+            assert janitor_module.janitor.wait_idle(15)
             assert paused.client.zcard(paused.key(PARTS[kind][1])) == 0, "the waiter stayed queued"
             holder_thread(holder.release)
         finally:
@@ -416,8 +417,8 @@ def test_a_clean_up_for_a_paused_server_delays_none_for_another(
         stuck, elsewhere = backend.get_client("default"), backend.get_client("healthy")
         stuck.ping()  # a pooled connection, to the server about to be paused
         paused.pause()
-        bounds.janitor.submit(stuck, Call(ping, [], []))
-        bounds.janitor.submit(elsewhere, Call(ping_and_tell, [], []))
+        janitor_module.janitor.submit(stuck, Call(ping, [], []))
+        janitor_module.janitor.submit(elsewhere, Call(ping_and_tell, [], []))
         assert delivered.wait(10), "the other server's clean-up waited on the paused one"
         paused.resume()
 
@@ -526,5 +527,5 @@ def test_an_asyncio_timeout_ends_an_unbounded_acquire_on_a_paused_redis(
             elapsed = asyncio.run(asyncio.wait_for(main(), 30))
         finally:
             paused.resume()
-        assert elapsed <= BUDGET + bounds.CLEANUP_TIMEOUT + LATE, elapsed
+        assert elapsed <= BUDGET + janitor_module.CLEANUP_TIMEOUT + LATE, elapsed
         assert_nothing_left(paused, kind)

@@ -33,6 +33,7 @@ from django_redislock import (
     Semaphore,
 )
 from django_redislock.engine import bounds
+from django_redislock.engine import janitor as janitor_module
 from tests.settings import redis_cache
 from tests.support.faultproxy import FaultProxy
 from tests.support.other_holders import OtherThread
@@ -86,7 +87,7 @@ def assert_on_time(result: object, elapsed: float, budget: float) -> None:
 
 
 def assert_nothing_queued(redis_client: redis.Redis, kind: str) -> None:
-    assert bounds.janitor.wait_idle(30), "a clean-up was never delivered"
+    assert janitor_module.janitor.wait_idle(30), "a clean-up was never delivered"
     assert redis_client.zcard(QUEUE[kind]) == 0, "the waiter stayed queued"
 
 

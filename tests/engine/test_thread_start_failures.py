@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import redis
 
-from django_redislock.engine import bounds
+from django_redislock.engine import janitor as janitor_module
 from django_redislock.engine.steps import Call
 from django_redislock.primitives.redlock import fanout
 from tests.holds.test_fork import fork_and_run
@@ -35,7 +35,7 @@ def test_the_janitor_starts_again_after_its_thread_failed_to_start(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     sent: list[int] = []
-    janitor = bounds.Janitor()
+    janitor = janitor_module.Janitor()
     monkeypatch.setattr(threading.Thread, "start", _refuse)
     janitor.submit(redis.Redis(port=1), Call(lambda c, k, a: sent.append(1), [], []))
     monkeypatch.undo()
@@ -46,20 +46,26 @@ def test_the_janitor_starts_again_after_its_thread_failed_to_start(
 
 def test_the_janitor_delivers_in_a_child_forked_without_the_hooks(redis_url: str) -> None:
     gate: concurrent.futures.Future[None] = concurrent.futures.Future()
-    bounds.janitor.submit(redis.Redis(port=1), Call(lambda c, k, a: None, [], []), after=gate)
-    assert _until(lambda: bounds.janitor.pending() == 1 and bounds.janitor._thread is not None)
+    janitor_module.janitor.submit(
+        redis.Redis(port=1), Call(lambda c, k, a: None, [], []), after=gate
+    )
+    assert _until(
+        lambda: janitor_module.janitor.pending() == 1 and janitor_module.janitor._thread is not None
+    )
     time.sleep(0.2)  # the thread settled in its wait: a C fork while it holds the GIL hangs
     try:
 
         def child() -> int:
             client = redis.Redis.from_url(redis_url)
-            bounds.janitor.submit(client, Call(lambda c, k, a: c.set("janitor:child", 1), [], []))
+            janitor_module.janitor.submit(
+                client, Call(lambda c, k, a: c.set("janitor:child", 1), [], [])
+            )
             return 0 if _until(lambda: client.exists("janitor:child"), 3) else 2
 
         assert fork_and_run(child, hooks=False) == 0
     finally:
         gate.set_result(None)
-        assert bounds.janitor.wait_idle(5)
+        assert janitor_module.janitor.wait_idle(5)
 
 
 def test_a_redlock_servers_pool_survives_failed_thread_starts(

@@ -13,6 +13,7 @@ import redis
 
 from django_redislock import Lock, LockNotOwnedError
 from django_redislock.engine import bounds
+from django_redislock.engine import janitor as janitor_module
 from django_redislock.holds import counters
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.ops import history as hot
@@ -110,7 +111,7 @@ def test_child_does_not_renew_the_parents_lease(redis_client: redis.Redis) -> No
 def test_janitor_starts_empty_with_a_free_lock_in_the_child() -> None:
     """A fork while the janitor thread holds its lock must not leave the
     child's janitor locked for ever."""
-    janitor = bounds.janitor
+    janitor = janitor_module.janitor
     with janitor._lock:  # as if the janitor thread held it at fork()
 
         def child() -> int:

@@ -493,7 +493,7 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
 
     from django_redislock import AsyncSemaphore
     from django_redislock.backend.scripts import LOCK_TAKE, SEMAPHORE_ACQUIRE, Command, Script
-    from django_redislock.engine import bounds
+    from django_redislock.engine import janitor as janitor_module
 
     monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda client: None)
     reals = {Script: Script.__call__, Command: Command.__call__}
@@ -534,7 +534,7 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
     key = f"redislock:{{{name}}}:{kind}"
     deadline = time.monotonic() + 15
     while redis_client.exists(key) and time.monotonic() < deadline:
-        bounds.janitor.wait_idle(0.2)
+        janitor_module.janitor.wait_idle(0.2)
     assert not redis_client.exists(key), f"held by nobody for {redis_client.pttl(key)} ms"
 
 
