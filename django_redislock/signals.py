@@ -93,42 +93,39 @@ def notify(signal: Signal, sender: type, **kwargs: Any) -> None:
             )
 
 
-class Announcer:
-    """A primitive's ``lock_acquired``, ``lock_released`` and ``lock_contended``,
-    written once for every primitive and Redlock; the keyword arguments are
-    built only when someone listens (``wanted``)."""
+def announce_acquired(primitive: Any, waited: float, fencing_token: int | None) -> None:
+    """``lock_acquired`` for ``primitive`` (anything with a ``name`` and a
+    ``kind``); its keyword arguments are built only when someone listens."""
+    if wanted(lock_acquired):
+        notify(
+            lock_acquired,
+            sender=type(primitive),
+            name=primitive.name,
+            kind=primitive.kind,
+            waited=waited,
+            fencing_token=fencing_token,
+        )
 
-    name: str
-    kind: str
 
-    def _announce_acquired(self, waited: float, fencing_token: int | None) -> None:
-        if wanted(lock_acquired):
-            notify(
-                lock_acquired,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=waited,
-                fencing_token=fencing_token,
-            )
+def announce_released(primitive: Any, acquired_at: float) -> None:
+    """``lock_released``; ``acquired_at``: the hold's ``time.monotonic()`` when taken."""
+    if wanted(lock_released):
+        notify(
+            lock_released,
+            sender=type(primitive),
+            name=primitive.name,
+            kind=primitive.kind,
+            held=time.monotonic() - acquired_at,
+        )
 
-    def _announce_released(self, acquired_at: float) -> None:
-        """``acquired_at``: the hold's ``time.monotonic()`` when it was taken."""
-        if wanted(lock_released):
-            notify(
-                lock_released,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                held=time.monotonic() - acquired_at,
-            )
 
-    def _announce_contended(self, begun: float) -> None:
-        if wanted(lock_contended):
-            notify(
-                lock_contended,
-                sender=type(self),
-                name=self.name,
-                kind=self.kind,
-                waited=time.monotonic() - begun,
-            )
+def announce_contended(primitive: Any, begun: float) -> None:
+    """``lock_contended``: a waiter that began at ``begun`` gave up."""
+    if wanted(lock_contended):
+        notify(
+            lock_contended,
+            sender=type(primitive),
+            name=primitive.name,
+            kind=primitive.kind,
+            waited=time.monotonic() - begun,
+        )

@@ -16,14 +16,13 @@ from collections.abc import Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django_redislock import signals
 from django_redislock.backend import client as backend
 from django_redislock.conf import LockSettings, generation, get_settings
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import AcquireResult, Call, Step
 from django_redislock.exceptions import LockBackendError, LockError, LockLostError
 from django_redislock.holds.holding import Holding
-from django_redislock.primitives.guarded import Guarded, Worded
+from django_redislock.primitives.guarded import Worded
 from django_redislock.validation import (
     Options,
     check_alias,
@@ -116,7 +115,7 @@ class Resolved:
 _RESOLVED: dict[tuple[type, str, tuple[object, ...]], Resolved] = {}
 
 
-class Primitive(Worded, signals.Announcer, Options):
+class Primitive(Worded, Options):
     """Options and Redis plumbing common to every primitive.
 
     Options left as ``None`` are read from ``REDISLOCK`` at each acquire, so a
@@ -274,19 +273,8 @@ class Primitive(Worded, signals.Announcer, Options):
 _Async = TypeVar("_Async", bound="AsyncPrimitive")
 
 
-class SyncPrimitive(Guarded, Primitive):
-    """``with primitive:`` for every synchronous primitive (``Guarded``)."""
-
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
-        """Acquire: held, or refused with the server's retry hint."""
-        raise NotImplementedError
-
-    def release(self) -> None:
-        raise NotImplementedError
-
-
 class AsyncPrimitive(Primitive):
-    """``async with primitive:``, with the same meaning as ``SyncPrimitive``'s ``with``."""
+    """``async with primitive:``, meaning what the sync ``with`` means (``Guarded``)."""
 
     async def _acquire(
         self, blocking: bool | None, blocking_timeout: float | None

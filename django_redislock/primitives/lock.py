@@ -31,12 +31,12 @@ from django_redislock.engine import drivers
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.holds.holding import Holding
 from django_redislock.holds.registry import ThreadHandle
-from django_redislock.primitives.base import SyncPrimitive
+from django_redislock.primitives.guarded import Guarded
 from django_redislock.primitives.lock_common import LockBase
 from django_redislock.validation import check_bool
 
 
-class Lock(ThreadHandle, LockBase, SyncPrimitive):
+class Lock(ThreadHandle, LockBase, Guarded):
     """An exclusive lock on ``name``, shared by every process that uses the same Redis.
 
     Guarantees, as long as Redis keeps its data: at most one holder at a time; a

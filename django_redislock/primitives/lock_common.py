@@ -11,6 +11,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from django_redislock import signals
 from django_redislock.backend.scripts import (
     LOCK_ACQUIRE,
     LOCK_CANCEL,
@@ -141,7 +142,7 @@ class LockBase(Handle, Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        self._announce_released(holding.acquired_at)
+        signals.announce_released(self, holding.acquired_at)
 
     def _release_failed(self, holding: Holding) -> None:
         """Redis could not be told (or its answer was lost, or the release
@@ -274,7 +275,7 @@ class LockBase(Handle, Primitive):
         attempt = self._attempt(resolved, args, may_wait, deadline, grant, begun)
         outcome = yield from protocol.acquire(attempt)
         if not outcome.held:
-            self._announce_contended(begun)
+            signals.announce_contended(self, begun)
             return AcquireResult.refused(outcome.value)
         keys = resolved.keys_for(LOCK_RELEASE)
         holding = self._new_holding(token, holder, resolved, outcome.started, outcome.value, keys)
@@ -328,7 +329,7 @@ class LockBase(Handle, Primitive):
         if resolved.stats_key is not None:
             ttl_ms = resolved.settings.stats_ttl_ms
             counters.acquired(resolved.client, resolved.stats_key, ttl_ms, 0.0)
-        self._announce_acquired(0.0, None)
+        signals.announce_acquired(self, 0.0, None)
 
     def _held(
         self,
@@ -354,7 +355,7 @@ class LockBase(Handle, Primitive):
             counters.acquired(
                 resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
             )
-        self._announce_acquired(waited, outcome.value or None)
+        signals.announce_acquired(self, waited, outcome.value or None)
 
     # holders: see ``holds/registry.py`` ------------------------------------------------------
 

@@ -19,6 +19,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django_redislock import signals
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import (
     PERMIT_CANCEL,
@@ -49,8 +50,8 @@ from django_redislock.primitives.base import (
     AsyncPrimitive,
     Primitive,
     Resolved,
-    SyncPrimitive,
 )
+from django_redislock.primitives.guarded import Guarded
 
 
 @dataclass(slots=True)
@@ -192,7 +193,7 @@ class PermitBase(Primitive):
         if status != HELD:
             if status != REFUSED:
                 self._on_status(status, value)
-            self._announce_contended(attempt.begun)
+            signals.announce_contended(self, attempt.begun)
             return AcquireResult.refused(value)
         plan, resolved = attempt.plan, attempt.resolved
         member = f"{attempt.token}:{value}:{attempt.tail}"
@@ -216,7 +217,7 @@ class PermitBase(Primitive):
         if resolved.auto_renew:
             watchdog.watch(holding)
         # only time spent in line is a wait (see ``Lock``)
-        self._announce_acquired(started - attempt.begun if waited else 0.0, value)
+        signals.announce_acquired(self, started - attempt.begun if waited else 0.0, value)
         return HELD_RESULT
 
     @staticmethod
@@ -231,7 +232,7 @@ class PermitBase(Primitive):
         holding.end()
         if lost is not None:
             raise self._lost(holding)
-        self._announce_released(holding.acquired_at)
+        signals.announce_released(self, holding.acquired_at)
 
     def _describe_keys(self) -> tuple[Any, list[str]]:
         settings = self._settings()
@@ -248,7 +249,7 @@ class PermitBase(Primitive):
         return any(info.token == token for info in holders)
 
 
-class PermitPrimitive(PermitBase, SyncPrimitive):
+class PermitPrimitive(PermitBase, Guarded):
     """The synchronous API of a permit primitive; a holder is the object in one thread."""
 
     def __init__(self, name: str, **options: Any) -> None:

@@ -60,7 +60,7 @@ from django_redislock.validation import Options, check_name, fixed, wait_budget
 RELEASE_TIMEOUT = 1.0
 
 
-class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
+class Redlock(ThreadHandle, Guarded, Options):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
 
     Use it when no single Redis (even with Sentinel) may decide alone: the
@@ -202,7 +202,7 @@ class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
         )
         outcome = fanout.run_quorum(quorum_acquire(attempt), servers)
         if not outcome.held:
-            self._announce_contended(begun)
+            signals.announce_contended(self, begun)
             return AcquireResult.refused(outcome.value)
         holding = RedlockHolding(
             servers=servers,
@@ -226,7 +226,7 @@ class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
         self._took(hold_key, holding)
         if self._renewed(settings):
             watchdog.watch(holding)
-        self._announce_acquired(waited, None)
+        signals.announce_acquired(self, waited, None)
 
     # fencing ------------------------------------------------------------------------
 
@@ -320,7 +320,7 @@ class Redlock(ThreadHandle, Guarded, signals.Announcer, Options):
             raise self._lost(holding) from failed
         if failed is not None:
             raise failed from failed.__cause__
-        self._announce_released(holding.acquired_at)
+        signals.announce_released(self, holding.acquired_at)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease from now on, on every server (see ``Lock.extend``).
