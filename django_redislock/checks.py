@@ -6,7 +6,7 @@ cache backends only, so ``manage.py check`` works on a build machine.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -170,6 +170,37 @@ def _sqlite_problem() -> CheckMessage | None:
                 id=_check_id("W003"),
             )
     return None
+
+
+#: The middleware that answers a lock failure escaping a view (``middleware.py``).
+LOCK_ERROR_MIDDLEWARE = "django_redislock.middleware.LockErrorMiddleware"
+
+
+def middleware_problem(
+    databases: Mapping[str, Any], middleware: Sequence[str]
+) -> CheckMessage | None:
+    """``ATOMIC_REQUESTS`` without ``LockErrorMiddleware``: a lock lost between a
+    ``@require_lock`` view's return and its transaction's commit is a 500."""
+    atomic = [alias for alias, config in databases.items() if config.get("ATOMIC_REQUESTS")]
+    if not atomic or LOCK_ERROR_MIDDLEWARE in middleware:
+        return None
+    return Warning(
+        f"ATOMIC_REQUESTS is set for {', '.join(map(repr, atomic))}: a lock of a "
+        f"@require_lock view lost after the view returned and before its transaction "
+        f"commits makes the commit raise LockLostError outside the decorator, and "
+        f"Django answers it with a 500.",
+        hint=f"Add {LOCK_ERROR_MIDDLEWARE!r} to MIDDLEWARE: it answers that error 409 "
+        f"(and a lock outage 503), as the decorator does inside the view.",
+        id=_check_id("W004"),
+    )
+
+
+@register(Tags.compatibility)
+def check_middleware(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    problem = middleware_problem(
+        getattr(settings, "DATABASES", {}), getattr(settings, "MIDDLEWARE", ())
+    )
+    return [] if problem is None else [problem]
 
 
 def _cluster_problem(alias: str, config: Any) -> CheckMessage | None:

@@ -38,7 +38,12 @@ class LockLostError(LockError):
 
     It expired, an operator cleared it, or Redis lost it (restart, failover).
     Work done under the lock since then was not mutually exclusive.
+    ``rolled_back`` is ``True`` when it was raised by the commit of a database
+    transaction the hold had been handed to (``@require_lock``), which it
+    rolled back instead.
     """
+
+    rolled_back: bool = False
 
 
 class LockBackendError(LockError):

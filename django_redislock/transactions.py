@@ -119,7 +119,9 @@ class TransactionLocks:
             lock = lost[0].lock
             holding = lock._holding()
             assert holding is not None  # lost() found it
-            raise lock._lost(holding)
+            error = lock._lost(holding)
+            error.rolled_back = True
+            raise error
 
         return wrapper
 

@@ -45,6 +45,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     # Describe every lock a request takes by its method and path (the dashboard's "holder").
     "django_redislock.context.HolderContextMiddleware",
+    # A lock error a view lets through answers 409 or 503, never a 500.
+    "django_redislock.middleware.LockErrorMiddleware",
 ]
 
 ROOT_URLCONF = "example_project.urls"
