@@ -92,3 +92,25 @@ def test_a_missing_or_unknown_argument_is_refused() -> None:
         scripts.LOCK_EXTEND.args_of(token="t", lease=1)
     with pytest.raises(TypeError, match="lock"):
         scripts.LOCK_EXTEND.keys_of({"fence": "f"})
+
+
+def test_constants_shared_with_lua_are_defined_once_in_python() -> None:
+    """The fencing counter's memory and slack are Python constants written into
+    the Lua at load: no script carries them as a bare number of its own."""
+    for script in SCRIPTS:
+        assert "{{" not in script.text, f"{script.name}: a constant left unwritten"
+    for f in resources.files(scripts).iterdir():
+        if f.name.endswith(".lua"):
+            raw = f.read_text(encoding="utf-8")
+            assert not re.search(r"\b(9990|10000)\b", raw), f"{f.name} spells a constant out"
+    fenced = scripts.LOCK_ACQUIRE.text
+    limit = scripts.FENCE_MEMORY_MS - scripts.FENCE_SLACK_MS
+    assert f"< {scripts.FENCE_MEMORY_MS} - {scripts.FENCE_SLACK_MS}" in fenced, limit
+
+
+def test_a_fast_path_shared_by_two_scripts_is_written_once() -> None:
+    """The permit primitives' common case is one file, included by both."""
+    for script in (scripts.SEMAPHORE_ACQUIRE, scripts.RWLOCK_ACQUIRE):
+        raw = resources.files(scripts).joinpath(script.name).read_text(encoding="utf-8")
+        assert "-- @include _permit_fast.lua" in raw
+        assert "redis.call('ZADD', set, '+inf'," in script.text

@@ -26,9 +26,26 @@ from redis.exceptions import NoScriptError
 PRELUDE_MARK = "-- @preludes\n"
 _PRELUDES = ("_lock_value.lua", "_queue.lua", "_permits.lua", "_stats.lua", "_handoff.lua")
 
+#: How long a name's fencing counter lives after it was last moved up to the
+#: server clock, and how long ago a grant finds it moved at most (``next_fence``
+#: in ``_queue.lua``). Defined here, written into the Lua where it says
+#: ``{{FENCE_MEMORY_MS}}``: one place for a constant both sides use.
+FENCE_MEMORY_MS = 10_000
+FENCE_SLACK_MS = 10
+LUA_CONSTANTS = {"FENCE_MEMORY_MS": FENCE_MEMORY_MS, "FENCE_SLACK_MS": FENCE_SLACK_MS}
+
+_CONSTANT = re.compile(r"\{\{([A-Z_]+)\}\}")
+#: A line a file is written in place of, for code a fast path (which runs
+#: before the preludes, and so cannot call them) shares with another script.
+_INCLUDE = re.compile(r"^[ \t]*-- @include (_[a-z_]+\.lua)[ \t]*\n", re.MULTILINE)
+
 
 def _read(filename: str) -> str:
-    return resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    """A script's text, with its ``-- @include`` lines expanded and the
+    ``{{NAME}}`` constants of ``LUA_CONSTANTS`` written in."""
+    text = resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
+    text = _INCLUDE.sub(lambda match: _read(match.group(1)), text)
+    return _CONSTANT.sub(lambda match: str(LUA_CONSTANTS[match.group(1)]), text)
 
 
 _DEFINED = re.compile(r"^local (?:function )?([A-Za-z_][A-Za-z0-9_]*)", re.MULTILINE)

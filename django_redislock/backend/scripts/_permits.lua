@@ -15,7 +15,7 @@
 -- that is still there holds a live lease).
 
 -- How long a name's fencing counter lives after it is (re)created (see next_fence).
-local FENCE_MEMORY_MS = 10000
+local FENCE_MEMORY_MS = {{FENCE_MEMORY_MS}}
 
 -- The prefix of the per-waiter signal lists, '<prefix>:{<name>}:signal:', from
 -- any key of the name (names are encoded without '}', so the last '}:' ends it).

@@ -110,8 +110,8 @@ end
 -- once per FENCE_SLACK_MS of a name's use. fence_ttl_ms defaults to
 -- FENCE_MEMORY_MS (scripts that still pass it get what they pass). The fast
 -- paths of lock_acquire, semaphore_acquire and rwlock_acquire write it out.
-local FENCE_MEMORY_MS = 10000
-local FENCE_SLACK_MS = 10
+local FENCE_MEMORY_MS = {{FENCE_MEMORY_MS}}
+local FENCE_SLACK_MS = {{FENCE_SLACK_MS}}
 
 local function next_fence(fence_key, fence_ttl_ms)
   local memory = fence_ttl_ms or FENCE_MEMORY_MS

@@ -45,13 +45,7 @@ local queue_empty = mode ~= 'nest' and redis.call('EXISTS', queue) == 0
 -- (next_fence inlined): it runs before the preludes, so it pays for none of
 -- their closures.
 if queue_empty and fenced and redis.call('EXISTS', lock) == 0 then
-  local fence = redis.call('INCR', fence_key)
-  -- (re)created, or last moved up to the clock over FENCE_SLACK_MS ago (next_fence)
-  if redis.call('PTTL', fence_key) < 9990 then  -- FENCE_MEMORY_MS - FENCE_SLACK_MS
-    local t = redis.call('TIME')
-    fence = math.max(fence, tonumber(t[1]) * 1000000 + tonumber(t[2]))
-    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
-  end
+  -- @include _fence_inline.lua
   redis.call('SET', lock,
     token .. ':0:1:' .. string.format('%.0f', fence) .. ':' .. lease .. ':' .. ARGV[6] .. ':'
       .. ARGV[5], 'PX', lease)

@@ -21,20 +21,7 @@
 -- Nobody holding and nobody waiting, the common case, comes first: the same
 -- calls as a Semaphore's (see semaphore_acquire.lua).
 local set, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-if redis.call('EXISTS', set, queue) == 0 then
-  local fence = redis.call('INCR', fence_key)
-  -- (re)created, or last moved up to the clock over FENCE_SLACK_MS ago (next_fence)
-  if redis.call('PTTL', fence_key) < 9990 then  -- FENCE_MEMORY_MS - FENCE_SLACK_MS
-    local time = redis.call('TIME')
-    fence = math.max(fence, tonumber(time[1]) * 1000000 + tonumber(time[2]))
-    redis.call('SET', fence_key, string.format('%.0f', fence), 'PX', 10000)  -- FENCE_MEMORY_MS
-  end
-  local cut = string.find(ARGV[1], ':', 1, true)
-  redis.call('ZADD', set, '+inf',
-    string.sub(ARGV[1], 1, cut) .. string.format('%.0f', fence) .. string.sub(ARGV[1], cut))
-  redis.call('PEXPIRE', set, ARGV[2])
-  return fence
-end
+-- @include _permit_fast.lua
 
 -- @preludes
 
