@@ -17,6 +17,7 @@ from django_redislock.backend.scripts import (
     LOCK_CANCEL,
     LOCK_EXTEND,
     LOCK_FENCE,
+    LOCK_PARTS,
     LOCK_RELEASE,
     LOCK_TAKE,
 )
@@ -45,7 +46,7 @@ class LockBase(Handle, Primitive):
     """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
 
     kind = "lock"
-    parts = ("lock", "fence", "queue", "deadlines", "stats")
+    parts = LOCK_PARTS
     #: The Lock scripts work out the other keys from the lock key (``lock_keys``
     #: in ``backend/scripts/_lock_value.lua``): one key to encode per call, not five.
     script_parts = ("lock",)

@@ -215,7 +215,11 @@ def _in_order(script: Script, names: tuple[str, ...], given: Mapping[str, Any]) 
 
 
 #: The Lock scripts' keys (``Lock.parts``); stats is left out when counting is off.
-_LOCK_KEYS = ("lock", "fence", "queue", "deadlines", "stats")
+#: A Lock's key parts, in the order its scripts name them (``lock_keys`` in
+#: ``_lock_value.lua`` derives the others from the first); Redlock's calls send
+#: the first four under these names.
+LOCK_PARTS = ("lock", "fence", "queue", "deadlines", "stats")
+_LOCK_KEYS = LOCK_PARTS
 _RELEASE_KEYS = ("lock", "queue", "deadlines", "fence")
 
 LOCK_ACQUIRE = Script(

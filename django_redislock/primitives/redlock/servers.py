@@ -33,6 +33,7 @@ from django_redislock.backend.scripts import (
     INSPECT_LOCKS,
     LOCK_ACQUIRE,
     LOCK_EXTEND,
+    LOCK_PARTS,
     LOCK_RELEASE,
     Script,
 )
@@ -255,7 +256,7 @@ def lock_call(
 def by_name(keys: Sequence[str]) -> dict[str, str]:
     """Redlock's keys (``key_list``) by the Lock scripts' names for them
     (``scripts.LOCK_ACQUIRE``): the same scripts, with every key sent."""
-    return dict(zip(("lock", "fence", "queue", "deadlines"), keys, strict=True))
+    return dict(zip(LOCK_PARTS[:4], keys, strict=True))
 
 
 #: How long ``Redlock.locked``, ``owned`` and ``ttl`` wait for any one server.
