@@ -17,9 +17,10 @@ from html import unescape
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.conf import settings
 from django.contrib.staticfiles.handlers import StaticFilesHandler as _StaticFilesHandler
-from django.test import Client, override_settings
+from django.test import AsyncClient, Client, override_settings
 from django.test.testcases import LiveServerThread
 
 from django_redislock import Lock, signals
@@ -117,6 +118,23 @@ def test_lost_leases_are_shown_lost_whichever_thread_found_them() -> None:
     assert [row[5].partition(":")[0] for row in table] == ["lost", "lost"]
     assert "release" in table[0][5] and table[1][5] != "lost"  # with the reason
     assert all(row[4].endswith(" ms") for row in table)
+
+
+def test_async_views_and_their_tasks_are_recorded() -> None:
+    async def get() -> str:
+        response = await AsyncClient().get("/async/")
+        return bytes(response.content).decode()
+
+    with override_settings(**toolbar_settings([PANEL])):
+        html = async_to_sync(get)()
+    table = rows(html)
+    assert [row[1:3] for row in table] == [
+        ["cart:async", "lock"],
+        *[["exports:async", "semaphore"]] * 3,
+    ]
+    assert {row[5] for row in table} == {"held"}
+    assert all(row[4].endswith(" ms") for row in table)
+    assert "4 locks, " in html
 
 
 def test_a_lazily_taken_fencing_token_is_not_taken_for_the_panel() -> None:

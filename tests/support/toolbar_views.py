@@ -6,6 +6,7 @@ once a test has put ``debug_toolbar`` in ``INSTALLED_APPS``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 from typing import Any
@@ -14,7 +15,15 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, URLResolver, path
 from django_redis import get_redis_connection
 
-from django_redislock import Lock, LockBackendError, LockLostError, ReadWriteLock, Semaphore
+from django_redislock import (
+    AsyncLock,
+    AsyncSemaphore,
+    Lock,
+    LockBackendError,
+    LockLostError,
+    ReadWriteLock,
+    Semaphore,
+)
 from django_redislock.signals import lock_lost
 
 EVIL = "<b>sku</b>:42"
@@ -63,6 +72,18 @@ def lost_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse("<html><body>lost</body></html>")
 
 
+async def async_view(request: HttpRequest) -> HttpResponse:
+    """An async view whose tasks each take a permit, under an ``AsyncLock``."""
+
+    async def export(n: int) -> None:
+        async with AsyncSemaphore("exports:async", 2):
+            await asyncio.sleep(0)
+
+    async with AsyncLock("cart:async"):
+        await asyncio.gather(*(export(n) for n in range(3)))
+    return HttpResponse("<html><body>async</body></html>")
+
+
 def idle_view(request: HttpRequest) -> HttpResponse:
     with Lock("sku:1"):
         return HttpResponse("<html><body>ok</body></html>")
@@ -75,6 +96,7 @@ def _urls() -> list[URLPattern | URLResolver]:
         path("locks/", locks_view),
         path("idle/", idle_view),
         path("lost/", lost_view),
+        path("async/", async_view),
         *debug_toolbar_urls(),
     ]
 
