@@ -11,7 +11,11 @@ and timings in seconds:
   threads when a renewal finds the lease gone or goes unanswered past the
   lease end, or from the holder's thread when its release or extend finds it
   gone. Receivers must be quick and thread-safe.
-- ``lock_contended``: ``waited`` — a waiter gave up.
+- ``lock_contended``: ``waited``, ``outcome`` — a waiter gave up:
+  ``"timeout"`` when it was willing to wait and its time ran out,
+  ``"refused"`` when it asked not to wait (``blocking=False``).
+- ``lock_failed``: ``waited``, ``error`` (the ``LockBackendError``) — an
+  acquire that Redis did not answer; sent before the error is raised.
 
 And one about the process, sent with ``sender`` = the watchdog's class:
 
@@ -40,6 +44,7 @@ lock_acquired = Signal()
 lock_released = Signal()
 lock_lost = Signal()
 lock_contended = Signal()
+lock_failed = Signal()
 renewal_lag = Signal()
 
 
@@ -119,8 +124,9 @@ def announce_released(primitive: Any, acquired_at: float) -> None:
         )
 
 
-def announce_contended(primitive: Any, begun: float) -> None:
-    """``lock_contended``: a waiter that began at ``begun`` gave up."""
+def announce_contended(primitive: Any, begun: float, may_wait: bool = True) -> None:
+    """``lock_contended``: a waiter that began at ``begun`` gave up; one that
+    asked not to wait (``may_wait`` false) was refused, not timed out."""
     if wanted(lock_contended):
         notify(
             lock_contended,
@@ -128,4 +134,20 @@ def announce_contended(primitive: Any, begun: float) -> None:
             name=primitive.name,
             kind=primitive.kind,
             waited=time.monotonic() - begun,
+            outcome="timeout" if may_wait else "refused",
+        )
+
+
+def announce_failed(primitive: Any, begun: float, error: BaseException) -> None:
+    """``lock_failed``: an acquire begun at ``begun`` ended in ``error``
+    (a ``LockBackendError``): neither held nor contended, so the other
+    signals say nothing of it."""
+    if wanted(lock_failed):
+        notify(
+            lock_failed,
+            sender=type(primitive),
+            name=primitive.name,
+            kind=primitive.kind,
+            waited=time.monotonic() - begun,
+            error=error,
         )

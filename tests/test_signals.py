@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
+from typing import Any
 
 import pytest
 import redis
 
-from django_redislock import Lock, LockLostError
+from django_redislock import (
+    AsyncLock,
+    AsyncSemaphore,
+    Lock,
+    LockBackendError,
+    LockLostError,
+    Semaphore,
+)
 from django_redislock import signals as lock_signals
+from tests.settings import redis_cache
 from tests.support.other_holders import OtherThread
+from tests.support.servers import free_port
 from tests.support.signals_helper import capture
 
 
@@ -63,6 +74,57 @@ def test_contended_when_a_waiter_gives_up(other_thread: OtherThread) -> None:
     assert [(c["name"], c["kind"]) for c in contended] == [("busy", "lock")] * 2
     assert contended[0]["waited"] >= 0.09
     assert contended[1]["waited"] < 1
+    assert [c["outcome"] for c in contended] == ["timeout", "refused"]
+
+
+def test_contended_says_timeout_or_refused_for_a_semaphore(other_thread: OtherThread) -> None:
+    holder = Semaphore("busy-sem", 1)
+    other_thread(holder.acquire)
+    with capture(lock_signals.lock_contended) as contended:
+        assert not Semaphore("busy-sem", 1, blocking_timeout=0.1).acquire()
+        assert not Semaphore("busy-sem", 1).acquire(blocking=False)
+    other_thread(holder.release)
+    assert [(c["kind"], c["outcome"]) for c in contended] == [
+        ("semaphore", "timeout"),
+        ("semaphore", "refused"),
+    ]
+
+
+@pytest.mark.parametrize("primitive", [Lock, lambda name, **kw: Semaphore(name, 2, **kw)])
+def test_failed_when_redis_cannot_be_reached(settings: Any, primitive: Any) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": redis_cache(f"redis://127.0.0.1:{free_port()}/0"),
+    }
+    with (
+        capture(lock_signals.lock_failed) as failed,
+        capture(lock_signals.lock_contended) as contended,
+    ):
+        with pytest.raises(LockBackendError) as raised:
+            primitive("sku:down", using="down").acquire(blocking=False)
+    assert contended == []
+    (call,) = failed
+    assert call["name"] == "sku:down" and call["error"] is raised.value
+    assert 0 <= call["waited"] < 10
+
+
+def test_failed_for_async_primitives(settings: Any) -> None:
+    settings.CACHES = {
+        **settings.CACHES,
+        "down": redis_cache(f"redis://127.0.0.1:{free_port()}/0"),
+    }
+
+    async def try_both() -> None:
+        for primitive in (
+            AsyncLock("a:down", using="down"),
+            AsyncSemaphore("s:down", 2, using="down"),
+        ):
+            with pytest.raises(LockBackendError):
+                await primitive.acquire(blocking=False)
+
+    with capture(lock_signals.lock_failed) as failed:
+        asyncio.run(try_both())
+    assert [(c["name"], c["kind"]) for c in failed] == [("a:down", "lock"), ("s:down", "semaphore")]
 
 
 def test_lost_on_release_carries_held_and_reason(redis_client: redis.Redis) -> None:

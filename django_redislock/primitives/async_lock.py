@@ -17,6 +17,7 @@ import time
 import weakref
 from typing import Any
 
+from django_redislock import signals
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import LOCK_RELEASE
 from django_redislock.backend.values import parse_lock_value
@@ -114,9 +115,14 @@ class AsyncLock(LockBase, AsyncPrimitive):
     async def _acquire(
         self, blocking: bool | None, blocking_timeout: float | None
     ) -> AcquireResult:
-        resolved = self._resolve()
-        steps = self._acquire_steps(resolved, blocking, blocking_timeout)
-        return await drivers.run_async(steps, AsyncConnection(resolved.client))
+        begun = time.monotonic()
+        try:
+            resolved = self._resolve()
+            steps = self._acquire_steps(resolved, blocking, blocking_timeout)
+            return await drivers.run_async(steps, AsyncConnection(resolved.client))
+        except LockBackendError as exc:
+            signals.announce_failed(self, begun, exc)
+            raise
 
     async def release(self) -> None:
         """Release one level of the current task's hold (see ``Lock.release``)."""

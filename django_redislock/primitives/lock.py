@@ -24,11 +24,13 @@ from __future__ import annotations
 import threading
 import time
 
+from django_redislock import signals
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import LOCK_RELEASE
 from django_redislock.backend.values import parse_lock_value
 from django_redislock.engine import drivers
 from django_redislock.engine.steps import AcquireResult
+from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding
 from django_redislock.holds.registry import ThreadHandle
 from django_redislock.primitives.guarded import Guarded
@@ -110,9 +112,14 @@ class Lock(ThreadHandle, LockBase, Guarded):
         return self._acquire(blocking, blocking_timeout).held
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
-        resolved = self._resolve()
-        steps = self._acquire_steps(resolved, blocking, blocking_timeout)
-        return drivers.run(steps, resolved.client)
+        begun = time.monotonic()
+        try:
+            resolved = self._resolve()
+            steps = self._acquire_steps(resolved, blocking, blocking_timeout)
+            return drivers.run(steps, resolved.client)
+        except LockBackendError as exc:
+            signals.announce_failed(self, begun, exc)
+            raise
 
     # release, extend, inspect ---------------------------------------------------------
 

@@ -276,7 +276,7 @@ class LockBase(Handle, Primitive):
         attempt = self._attempt(resolved, args, may_wait, deadline, grant, begun)
         outcome = yield from protocol.acquire(attempt)
         if not outcome.held:
-            signals.announce_contended(self, begun)
+            signals.announce_contended(self, begun, may_wait)
             return AcquireResult.refused(outcome.value)
         keys = resolved.keys_for(LOCK_RELEASE)
         holding = self._new_holding(token, holder, resolved, outcome.started, outcome.value, keys)

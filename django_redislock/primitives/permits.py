@@ -193,7 +193,7 @@ class PermitBase(Primitive):
         if status != HELD:
             if status != REFUSED:
                 self._on_status(status, value)
-            signals.announce_contended(self, attempt.begun)
+            signals.announce_contended(self, attempt.begun, attempt.may_wait)
             return AcquireResult.refused(value)
         plan, resolved = attempt.plan, attempt.resolved
         member = f"{attempt.token}:{value}:{attempt.tail}"
@@ -270,7 +270,14 @@ class PermitPrimitive(PermitBase, Guarded):
         return self._acquire(blocking, blocking_timeout).held
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
-        return drivers.run(self._acquire_steps(blocking, blocking_timeout), self._resolve().client)
+        begun = time.monotonic()
+        try:
+            return drivers.run(
+                self._acquire_steps(blocking, blocking_timeout), self._resolve().client
+            )
+        except LockBackendError as exc:
+            signals.announce_failed(self, begun, exc)
+            raise
 
     def release(self) -> None:
         """Return this holder's latest permit.
@@ -350,8 +357,13 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
     async def _acquire(
         self, blocking: bool | None, blocking_timeout: float | None
     ) -> AcquireResult:
-        conn = AsyncConnection(self._resolve().client)
-        return await drivers.run_async(self._acquire_steps(blocking, blocking_timeout), conn)
+        begun = time.monotonic()
+        try:
+            conn = AsyncConnection(self._resolve().client)
+            return await drivers.run_async(self._acquire_steps(blocking, blocking_timeout), conn)
+        except LockBackendError as exc:
+            signals.announce_failed(self, begun, exc)
+            raise
 
     async def release(self) -> None:
         """Return this holder's latest permit (see ``Semaphore.release``)."""

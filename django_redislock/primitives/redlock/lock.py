@@ -190,7 +190,7 @@ class Redlock(ThreadHandle, Guarded, Options):
                 self._took(hold_key, holding)
                 return HELD_RESULT
             holding.end()  # reported lost by _extend_holding; taken afresh below
-        _, budget = wait_budget(self, blocking, blocking_timeout, settings)
+        may_wait, budget = wait_budget(self, blocking, blocking_timeout, settings)
         token, holder, begun = new_token(), holder_description(), time.monotonic()
         attempt = QuorumAttempt(
             name=self.name,
@@ -202,7 +202,7 @@ class Redlock(ThreadHandle, Guarded, Options):
         )
         outcome = fanout.run_quorum(quorum_acquire(attempt), servers)
         if not outcome.held:
-            signals.announce_contended(self, begun)
+            signals.announce_contended(self, begun, may_wait)
             return AcquireResult.refused(outcome.value)
         holding = RedlockHolding(
             servers=servers,
