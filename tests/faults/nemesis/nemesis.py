@@ -1,0 +1,192 @@
+"""The nemesis: a thread that applies the seed's faults, one at a time, and logs them.
+
+It acts on what ``Rig`` holds: the workers (SIGSTOP, SIGKILL), the main
+``redis-server`` (restarted from its AOF, paused), the fault proxy between the
+workers and it (partition, slow, reset) and the three Redlock servers (paused,
+restarted). Each fault is logged before it is applied and ``healed`` after it
+ended, so the checker's windows contain the real ones.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.faults.nemesis.journal import Journal, now
+from tests.faults.nemesis.schedule import Fault
+from tests.support.faultproxy import FaultProxy
+from tests.support.servers import RedisServer
+
+#: Every server keeps an append-only file synced on each write: a restart loses
+#: no acknowledged lease or fencing counter (the setting Redlock asks for).
+AOF_ARGS = ("--appendonly", "yes", "--appendfsync", "always")
+
+
+@dataclass
+class WorkerSlot:
+    """One running worker process and its shared ``holding`` flag."""
+
+    worker: int
+    process: Any
+    holding: Any
+
+
+@dataclass
+class Rig:
+    redis: RedisServer
+    proxy: FaultProxy
+    redlock: list[RedisServer]
+    redlock_proxies: list[FaultProxy]
+    workers: dict[int, WorkerSlot] = field(default_factory=dict)
+    spawned: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def live_workers(self) -> list[WorkerSlot]:
+        with self.lock:
+            return [slot for slot in self.workers.values() if slot.process.is_alive()]
+
+
+class Nemesis(threading.Thread):
+    def __init__(self, rig: Rig, schedule: list[Fault], journal: Journal, started: float) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        self.rig = rig
+        self.schedule = schedule
+        self.journal = journal
+        self.started = started
+        self.stopping = threading.Event()
+        self.error: BaseException | None = None
+        self._stopped: set[int] = set()
+        self._down: list[RedisServer] = []
+
+    def run(self) -> None:
+        try:
+            for fault in self.schedule:
+                if self.stopping.wait(max(0.0, self.started + fault.at - now())):
+                    return
+                self.apply(fault)
+        except BaseException as exc:  # the runner reports it: a broken rig is no result
+            self.error = exc
+            self.journal.write("nemesis-error", err=repr(exc))
+        finally:
+            self.heal_all()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(60)
+
+    def apply(self, fault: Fault) -> None:
+        handler: Callable[[Fault], None] = getattr(self, f"_{fault.kind}")
+        handler(fault)
+
+    def _wait(self, seconds: float) -> None:
+        self.stopping.wait(seconds)
+
+    # faults of the workers ---------------------------------------------------------
+
+    def _pick_worker(self, fault: Fault) -> WorkerSlot | None:
+        live = self.rig.live_workers()
+        holders = [slot for slot in live if slot.holding.value]
+        candidates = holders or live
+        return candidates[int(fault.pick * len(candidates))] if candidates else None
+
+    def _pause_holder(self, fault: Fault) -> None:
+        slot = self._pick_worker(fault)
+        if slot is None:
+            return
+        pid = slot.process.pid
+        self.journal.write("fault", kind=fault.kind, pid=pid, w=slot.worker, at=fault.at)
+        self._stopped.add(pid)
+        os.kill(pid, signal.SIGSTOP)
+        self._wait(fault.duration)
+        self._resume(pid)
+        self.journal.write("healed", kind=fault.kind, pid=pid)
+
+    def _kill_holder(self, fault: Fault) -> None:
+        slot = self._pick_worker(fault)
+        if slot is None:
+            return
+        self.journal.write("fault", kind=fault.kind, pid=slot.process.pid, w=slot.worker)
+        slot.process.kill()
+        slot.process.join(10)
+        self.journal.write("healed", kind=fault.kind, pid=slot.process.pid)
+
+    def _resume(self, pid: int) -> None:
+        self._stopped.discard(pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+
+    # faults of the servers ----------------------------------------------------------
+
+    def _restart(self, fault: Fault, server: RedisServer, **info: Any) -> None:
+        self.journal.write("fault", kind=fault.kind, port=server.port, **info)
+        self._down.append(server)
+        server.kill()
+        self._wait(fault.duration)
+        server.start()  # same port, same dir: it loads its AOF
+        self._down.remove(server)
+        self.journal.write("healed", kind=fault.kind, port=server.port)
+
+    def _pause(self, fault: Fault, servers: list[RedisServer]) -> None:
+        pids = [server.process.pid for server in servers if server.process is not None]
+        self.journal.write("fault", kind=fault.kind, ports=[s.port for s in servers])
+        for pid in pids:
+            self._stopped.add(pid)
+            os.kill(pid, signal.SIGSTOP)
+        self._wait(fault.duration)
+        for pid in pids:
+            self._resume(pid)
+        self.journal.write("healed", kind=fault.kind)
+
+    def _restart_redis(self, fault: Fault) -> None:
+        self._restart(fault, self.rig.redis)
+
+    def _pause_redis(self, fault: Fault) -> None:
+        self._pause(fault, [self.rig.redis])
+
+    def _redlock_restart(self, fault: Fault) -> None:
+        index = int(fault.pick * len(self.rig.redlock))
+        self._restart(fault, self.rig.redlock[index], index=index)
+
+    def _redlock_pause(self, fault: Fault) -> None:
+        count = len(self.rig.redlock)
+        first = int(fault.pick * count)
+        picked = [self.rig.redlock[(first + i) % count] for i in range(int(fault.param))]
+        self._pause(fault, picked)
+
+    # faults of the network ----------------------------------------------------------
+
+    def _partition(self, fault: Fault) -> None:
+        self.journal.write("fault", kind=fault.kind)
+        self.rig.proxy.blackhole()
+        self._wait(fault.duration)
+        self.rig.proxy.heal()
+        self.journal.write("healed", kind=fault.kind)
+
+    def _slow(self, fault: Fault) -> None:
+        self.journal.write("fault", kind=fault.kind, latency=fault.param)
+        self.rig.proxy.latency = fault.param
+        self._wait(fault.duration)
+        self.rig.proxy.heal()
+        self.journal.write("healed", kind=fault.kind)
+
+    def _reset(self, fault: Fault) -> None:
+        self.journal.write("fault", kind=fault.kind)
+        self.rig.proxy.cut()
+        self.journal.write("healed", kind=fault.kind)
+
+    # the end -------------------------------------------------------------------------
+
+    def heal_all(self) -> None:
+        """Whatever the nemesis was doing when stopped: undo it."""
+        for pid in list(self._stopped):
+            self._resume(pid)
+        self.rig.proxy.heal()
+        for server in [self.rig.redis, *self.rig.redlock]:
+            if server.process is None or server.process.poll() is not None:
+                server.start()
+        self._down.clear()
