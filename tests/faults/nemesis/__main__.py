@@ -58,6 +58,7 @@ def main(argv: list[str]) -> int:
     config = Config(args.seed, args.seconds, args.workers, args.sabotage, args.log_dir)
     report = recheck(args.check) if args.check is not None else _run(config, run)
     print(report.summary())
+    print("holds by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(report.kinds.items())))
     for line in report.details():
         print(f"  {line}")
     print(f"logs: {report.log_dir}")

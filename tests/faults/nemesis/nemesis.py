@@ -190,3 +190,35 @@ class Nemesis(threading.Thread):
             if server.process is None or server.process.poll() is not None:
                 server.start()
         self._down.clear()
+
+
+class Probe(threading.Thread):
+    """PINGs Redis through the proxy every 0.1 s and logs each PING slower
+    than ``SLOW``: when no fault explains it, the machine stalled the proxy
+    (it runs in the runner's process) or Redis, and an acquire that overran
+    its bound meanwhile met a slow Redis, not a quiet one."""
+
+    SLOW = 0.2
+
+    def __init__(self, url: str, journal: Journal) -> None:
+        super().__init__(name="nemesis-probe", daemon=True)
+        self.url = url
+        self.journal = journal
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        import redis
+
+        client = redis.Redis.from_url(self.url, socket_timeout=1.0, socket_connect_timeout=1.0)
+        while not self.stopping.wait(0.1):
+            began = now()
+            with contextlib.suppress(redis.RedisError, OSError):
+                client.ping()
+            took = now() - began
+            if took > self.SLOW:
+                self.journal.write("stall", since=began, took=took)
+        client.close()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(10)

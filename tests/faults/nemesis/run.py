@@ -18,7 +18,7 @@ from typing import Any
 from tests.faults.nemesis import schedule, workers
 from tests.faults.nemesis.checker import Report, check
 from tests.faults.nemesis.journal import Journal, now
-from tests.faults.nemesis.nemesis import AOF_ARGS, Nemesis, Rig, WorkerSlot
+from tests.faults.nemesis.nemesis import AOF_ARGS, Nemesis, Probe, Rig, WorkerSlot
 from tests.support.faultproxy import FaultProxy
 from tests.support.procs import CTX, worker_env
 from tests.support.servers import RedisServer
@@ -85,13 +85,16 @@ def _drive(config: Config, rig: Rig, log: Journal, log_dir: Path) -> None:
     _await_hellos(rig, log_dir)
     started = now()
     nemesis = Nemesis(rig, schedule.faults(config.seed, config.seconds), log, started)
+    probe = Probe(rig.proxy.url, log)
     nemesis.start()
+    probe.start()
     try:
         while now() < started + config.seconds and nemesis.is_alive():
             time.sleep(0.2)
             _replace_dead(config, rig, log, spawn)
     finally:
         nemesis.stop()
+        probe.stop()
         stop.value = 1
         _stop_workers(rig, log)
     if nemesis.error is not None:

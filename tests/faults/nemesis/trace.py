@@ -85,6 +85,8 @@ class Trace:
     ops: dict[str, OpRecord] = field(default_factory=dict)
     faults: list[FaultRecord] = field(default_factory=list)
     crashes: list[str] = field(default_factory=list)
+    #: Slow PINGs through the proxy (``nemesis.Probe``): not faults, but Redis was slow.
+    stalls: list[FaultRecord] = field(default_factory=list)
 
     def holds(self, resource: str) -> Iterator[OpRecord]:
         for op in self.ops.values():
@@ -98,7 +100,8 @@ class Trace:
         )
 
     def faults_in(self, window: Window) -> list[FaultRecord]:
-        return [f for f in self.faults if f.window.overlaps(window)]
+        """The faults, and the stalls, that overlap ``window``."""
+        return [f for f in [*self.faults, *self.stalls] if f.window.overlaps(window)]
 
 
 def load(log_dir: Path) -> Trace:
@@ -124,6 +127,9 @@ def _read_nemesis(path: Path, trace: Trace) -> dict[int, float]:
             open_fault = None
         elif line["ev"] in ("crash", "nemesis-error"):
             trace.crashes.append(str(line))
+        elif line["ev"] == "stall":
+            window = Window(line["since"], line["since"] + line["took"])
+            trace.stalls.append(FaultRecord("stall", window, None))
         elif line["ev"] == "cleanup-kill":
             kills[line["pid"]] = line["t"]
     if open_fault is not None:
