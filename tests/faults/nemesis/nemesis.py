@@ -1,10 +1,11 @@
 """The nemesis: a thread that applies the seed's faults, one at a time, and logs them.
 
 It acts on what ``Rig`` holds: the workers (SIGSTOP, SIGKILL), the main
-``redis-server`` (restarted from its AOF, paused), the fault proxy between the
-workers and it (partition, slow, reset) and the three Redlock servers (paused,
-restarted). Each fault is logged before it is applied and ``healed`` after it
-ended, so the checker's windows contain the real ones.
+``redis-server`` (restarted from its AOF, paused), the fault proxies between the
+workers and the servers (partition, slow, reset: the main server's three times
+in four) and the three Redlock servers (paused, restarted). Each fault is
+logged before it is applied and ``healed`` after it ended, so the checker's
+windows contain the real ones.
 """
 
 from __future__ import annotations
@@ -160,23 +161,33 @@ class Nemesis(threading.Thread):
 
     # faults of the network ----------------------------------------------------------
 
+    def _proxy(self, fault: Fault) -> tuple[FaultProxy, str]:
+        """The main server's proxy three times in four, else a Redlock server's."""
+        if fault.pick < 0.75:
+            return self.rig.proxy, "main"
+        index = min(int((fault.pick - 0.75) * 4 * len(self.rig.redlock)), len(self.rig.redlock) - 1)
+        return self.rig.redlock_proxies[index], f"redlock{index}"
+
     def _partition(self, fault: Fault) -> None:
-        self.journal.write("fault", kind=fault.kind)
-        self.rig.proxy.blackhole()
+        proxy, name = self._proxy(fault)
+        self.journal.write("fault", kind=fault.kind, server=name)
+        proxy.blackhole()
         self._wait(fault.duration)
-        self.rig.proxy.heal()
+        proxy.heal()
         self.journal.write("healed", kind=fault.kind)
 
     def _slow(self, fault: Fault) -> None:
-        self.journal.write("fault", kind=fault.kind, latency=fault.param)
-        self.rig.proxy.latency = fault.param
+        proxy, name = self._proxy(fault)
+        self.journal.write("fault", kind=fault.kind, server=name, latency=fault.param)
+        proxy.latency = fault.param
         self._wait(fault.duration)
-        self.rig.proxy.heal()
+        proxy.heal()
         self.journal.write("healed", kind=fault.kind)
 
     def _reset(self, fault: Fault) -> None:
-        self.journal.write("fault", kind=fault.kind)
-        self.rig.proxy.cut()
+        proxy, name = self._proxy(fault)
+        self.journal.write("fault", kind=fault.kind, server=name)
+        proxy.cut()
         self.journal.write("healed", kind=fault.kind)
 
     # the end -------------------------------------------------------------------------
@@ -185,7 +196,8 @@ class Nemesis(threading.Thread):
         """Whatever the nemesis was doing when stopped: undo it."""
         for pid in list(self._stopped):
             self._resume(pid)
-        self.rig.proxy.heal()
+        for proxy in [self.rig.proxy, *self.rig.redlock_proxies]:
+            proxy.heal()
         for server in [self.rig.redis, *self.rig.redlock]:
             if server.process is None or server.process.poll() is not None:
                 server.start()

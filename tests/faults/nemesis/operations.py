@@ -31,7 +31,7 @@ def lock(op: Op) -> None:
     writes under the inner hold; ``lock_extend`` extends it with a new lease."""
     from django_redislock import Lock
 
-    handle = Lock("lock", **_options(op))  # type: ignore[arg-type]
+    handle = Lock("lock", **_options(op))
 
     def body() -> None:
         token = handle.fencing_token
@@ -58,7 +58,7 @@ def lock(op: Op) -> None:
 def alock(op: Op) -> None:
     from django_redislock import AsyncLock
 
-    handle = AsyncLock("lock", **_options(op))  # type: ignore[arg-type]
+    handle = AsyncLock("lock", **_options(op))
 
     async def body() -> None:
         token = handle.fencing_token
@@ -73,7 +73,7 @@ def alock(op: Op) -> None:
 def semaphore(op: Op) -> None:
     from django_redislock import Semaphore
 
-    handle = Semaphore("sem", 2, **_options(op))  # type: ignore[arg-type]
+    handle = Semaphore("sem", 2, **_options(op))
 
     def body() -> None:
         token = handle.fencing_token
@@ -88,7 +88,7 @@ def semaphore(op: Op) -> None:
 def asemaphore(op: Op) -> None:
     from django_redislock import AsyncSemaphore
 
-    handle = AsyncSemaphore("sem", 2, **_options(op))  # type: ignore[arg-type]
+    handle = AsyncSemaphore("sem", 2, **_options(op))
 
     async def body() -> None:
         token = handle.fencing_token
@@ -104,7 +104,7 @@ def rwlock(op: Op) -> None:
     """A reader only reads the register; a writer read-modify-writes it."""
     from django_redislock import ReadWriteLock
 
-    both = ReadWriteLock("rw", **_options(op))  # type: ignore[arg-type]
+    both = ReadWriteLock("rw", **_options(op))
     reading = op.plan.kind == "rw_read"
     side = both.read() if reading else both.write()
 
@@ -124,7 +124,7 @@ def rwlock(op: Op) -> None:
 def multilock(op: Op) -> None:
     from django_redislock import MultiLock
 
-    handle = MultiLock(op.plan.names, **_options(op))  # type: ignore[arg-type]
+    handle = MultiLock(op.plan.names, **_options(op))
 
     def body() -> None:
         tokens = handle.fencing_tokens
@@ -141,7 +141,7 @@ def multilock(op: Op) -> None:
 def redlock(op: Op) -> None:
     from django_redislock import Redlock
 
-    handle = Redlock("red", **_options(op))  # type: ignore[arg-type]
+    handle = Redlock("red", **_options(op))
 
     def body() -> None:
         token = handle.fencing_token  # one round trip: may find the hold lost
