@@ -113,7 +113,7 @@ def rwlock(op: Op) -> None:
         op.log("token", res="rw", token=token)
         op.work(0)
         if reading:
-            op.read("rw")
+            op.peek("rw")
         else:
             op.rmw("rw", token)
 

@@ -175,6 +175,16 @@ class Op:
             return
         self.log("write", res=res, token=token, value=read + 1, outcome=outcome)
 
+    def peek(self, res: str) -> None:
+        """A reader's read (its database errors logged, as a write's are)."""
+        from django.db import DatabaseError, connections
+
+        try:
+            self.read(res)
+        except DatabaseError as exc:
+            connections.close_all()
+            self.log("read", res=res, value=None, err=repr(exc))
+
     async def armw(self, res: str, token: int | None) -> None:
         from asgiref.sync import sync_to_async
 
