@@ -75,7 +75,7 @@ class OpRecord:
     def describe(self, res: str | None = None) -> str:
         token = f" token {self.tokens.get(res)}" if res in self.tokens else ""
         end = self.hold_end
-        held = f" held {self.acq:.3f}-{end:.3f}" if self.acq and end else ""
+        held = f" held {self.acq:.3f}-{end:.3f}" if self.acq_ok and self.acq and end else ""
         error = f": {self.err[:160]}" if self.err else ""
         return f"op {self.id} ({self.kind}{token}{held}, outcome {self.outcome}{error})"
 
