@@ -171,7 +171,7 @@ def test_checker_accepts_an_overlap_the_stale_holder_was_told_of(tmp_path: Path)
     report = logs.check()
     assert report.ok, report.details()
     assert report.counts["told"] == 1
-    assert report.counts["refused"] == 1
+    assert report.counts["refused-fence"] == 1
 
 
 def test_checker_tags_an_untold_overlap_after_a_failed_release_as_known(tmp_path: Path) -> None:

@@ -83,7 +83,9 @@ class Report:
             f"{self.database}: {c['ops']} ops ({c['held']} held, {c['timeouts']} timed out, "
             f"{c['backend']} backend errors), {c['writes']} writes, "
             f"{sum(self.faults.values())} faults ({faults}), {c['told']} losses reported, "
-            f"{c['refused']} stale writes refused; {len(self.violations)} violations"
+            f"{c['refused-fence'] + c['refused-value']} stale writes refused "
+            f"({c['refused-fence']} by the fence, {c['refused-value']} by the value read), "
+            f"{c['refused-shared']} semaphore writes refused; {len(self.violations)} violations"
             + self._breakdown()
         )
 
@@ -137,7 +139,10 @@ def _count(trace: Trace, report: Report) -> None:
         c["backend"] += op.outcome == "backend"
         c["told"] += op.told
         c["writes"] += sum(1 for w in op.writes if w["outcome"] == "ok")
-        c["refused"] += sum(1 for w in op.writes if w["outcome"].startswith("refused"))
+        for write in op.writes:
+            if write["outcome"].startswith("refused"):
+                exclusive = CAPACITY[write["res"]] == 1
+                c[write["outcome"] if exclusive else "refused-shared"] += 1
         c["db-errors"] += sum(1 for w in op.writes if w["outcome"] == "db-error")
     report.faults.update(fault.kind for fault in trace.faults)
 
