@@ -4,7 +4,8 @@
 
 PostgreSQL when ``DATABASE_URL`` is set (a database of its own is created and
 dropped), SQLite otherwise. Prints the summary line and every violation;
-exits 1 when there is one, with the command that replays the seed.
+exits 1 when there is one, with the command that replays the seed. SIGINT
+(Ctrl-C) or SIGTERM ends the faults early and checks what ran.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -72,9 +75,17 @@ def _run(config: Any, run: Any) -> Any:
     from django.test.utils import setup_databases, teardown_databases
 
     print(f"nemesis: seed {config.seed}, {config.seconds:g} s, replay: {config.replay()}")
+    interrupted = threading.Event()
+
+    def interrupt(signum: int, frame: object) -> None:
+        print(f"nemesis: {signal.Signals(signum).name}: stopping the faults, checking what ran")
+        interrupted.set()
+
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
     databases = setup_databases(verbosity=0, interactive=False, keepdb=False)
     try:
-        return run(config)
+        return run(config, interrupted)
     finally:
         teardown_databases(databases, verbosity=0)
 

@@ -53,8 +53,13 @@ class Rig:
 
 
 class Nemesis(threading.Thread):
-    def __init__(self, rig: Rig, schedule: list[Fault], journal: Journal, started: float) -> None:
-        super().__init__(name="nemesis", daemon=True)
+    """One track of faults (``schedule.TRACKS``); the runner starts one per track."""
+
+    def __init__(
+        self, rig: Rig, track: str, schedule: list[Fault], journal: Journal, started: float
+    ) -> None:
+        super().__init__(name=f"nemesis-{track}", daemon=True)
+        self.track = track
         self.rig = rig
         self.schedule = schedule
         self.journal = journal
@@ -63,6 +68,7 @@ class Nemesis(threading.Thread):
         self.error: BaseException | None = None
         self._stopped: set[int] = set()
         self._down: list[RedisServer] = []
+        self._fault_id = ""
 
     def run(self) -> None:
         try:
@@ -82,7 +88,12 @@ class Nemesis(threading.Thread):
 
     def apply(self, fault: Fault) -> None:
         handler: Callable[[Fault], None] = getattr(self, f"_{fault.kind}")
+        self._fault_id = f"{self.track}.{fault.at}"
         handler(fault)
+
+    def _log(self, ev: str, kind: str, **fields: Any) -> None:
+        """A ``fault`` or ``healed`` line, with the id that pairs them."""
+        self.journal.write(ev, kind=kind, n=self._fault_id, **fields)
 
     def _wait(self, seconds: float) -> None:
         self.stopping.wait(seconds)
@@ -100,21 +111,21 @@ class Nemesis(threading.Thread):
         if slot is None:
             return
         pid = slot.process.pid
-        self.journal.write("fault", kind=fault.kind, pid=pid, w=slot.worker, at=fault.at)
+        self._log("fault", fault.kind, pid=pid, w=slot.worker, at=fault.at)
         self._stopped.add(pid)
         os.kill(pid, signal.SIGSTOP)
         self._wait(fault.duration)
         self._resume(pid)
-        self.journal.write("healed", kind=fault.kind, pid=pid)
+        self._log("healed", fault.kind, pid=pid)
 
     def _kill_holder(self, fault: Fault) -> None:
         slot = self._pick_worker(fault)
         if slot is None:
             return
-        self.journal.write("fault", kind=fault.kind, pid=slot.process.pid, w=slot.worker)
+        self._log("fault", fault.kind, pid=slot.process.pid, w=slot.worker)
         slot.process.kill()
         slot.process.join(10)
-        self.journal.write("healed", kind=fault.kind, pid=slot.process.pid)
+        self._log("healed", fault.kind, pid=slot.process.pid)
 
     def _resume(self, pid: int) -> None:
         self._stopped.discard(pid)
@@ -124,24 +135,24 @@ class Nemesis(threading.Thread):
     # faults of the servers ----------------------------------------------------------
 
     def _restart(self, fault: Fault, server: RedisServer, **info: Any) -> None:
-        self.journal.write("fault", kind=fault.kind, port=server.port, **info)
+        self._log("fault", fault.kind, port=server.port, **info)
         self._down.append(server)
         server.kill()
         self._wait(fault.duration)
         server.start()  # same port, same dir: it loads its AOF
         self._down.remove(server)
-        self.journal.write("healed", kind=fault.kind, port=server.port)
+        self._log("healed", fault.kind, port=server.port)
 
     def _pause(self, fault: Fault, servers: list[RedisServer]) -> None:
         pids = [server.process.pid for server in servers if server.process is not None]
-        self.journal.write("fault", kind=fault.kind, ports=[s.port for s in servers])
+        self._log("fault", fault.kind, ports=[s.port for s in servers])
         for pid in pids:
             self._stopped.add(pid)
             os.kill(pid, signal.SIGSTOP)
         self._wait(fault.duration)
         for pid in pids:
             self._resume(pid)
-        self.journal.write("healed", kind=fault.kind)
+        self._log("healed", fault.kind)
 
     def _restart_redis(self, fault: Fault) -> None:
         self._restart(fault, self.rig.redis)
@@ -170,35 +181,36 @@ class Nemesis(threading.Thread):
 
     def _partition(self, fault: Fault) -> None:
         proxy, name = self._proxy(fault)
-        self.journal.write("fault", kind=fault.kind, server=name)
+        self._log("fault", fault.kind, server=name)
         proxy.blackhole()
         self._wait(fault.duration)
         proxy.heal()
-        self.journal.write("healed", kind=fault.kind)
+        self._log("healed", fault.kind)
 
     def _slow(self, fault: Fault) -> None:
         proxy, name = self._proxy(fault)
-        self.journal.write("fault", kind=fault.kind, server=name, latency=fault.param)
+        self._log("fault", fault.kind, server=name, latency=fault.param)
         proxy.latency = fault.param
         self._wait(fault.duration)
         proxy.heal()
-        self.journal.write("healed", kind=fault.kind)
+        self._log("healed", fault.kind)
 
     def _reset(self, fault: Fault) -> None:
         proxy, name = self._proxy(fault)
-        self.journal.write("fault", kind=fault.kind, server=name)
+        self._log("fault", fault.kind, server=name)
         proxy.cut()
-        self.journal.write("healed", kind=fault.kind)
+        self._log("healed", fault.kind)
 
     # the end -------------------------------------------------------------------------
 
     def heal_all(self) -> None:
-        """Whatever the nemesis was doing when stopped: undo it."""
+        """Whatever this track was doing when stopped: undo it."""
         for pid in list(self._stopped):
             self._resume(pid)
-        for proxy in [self.rig.proxy, *self.rig.redlock_proxies]:
-            proxy.heal()
-        for server in [self.rig.redis, *self.rig.redlock]:
+        if self.track == "servers":
+            for proxy in [self.rig.proxy, *self.rig.redlock_proxies]:
+                proxy.heal()
+        for server in self._down:
             if server.process is None or server.process.poll() is not None:
                 server.start()
         self._down.clear()

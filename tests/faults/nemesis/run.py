@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
@@ -44,8 +45,9 @@ class Config:
         )
 
 
-def run(config: Config) -> Report:
-    """Run it; the report's ``violations`` are what went wrong (none: it passed)."""
+def run(config: Config, interrupted: threading.Event | None = None) -> Report:
+    """Run it; the report's ``violations`` are what went wrong (none: it passed).
+    Setting ``interrupted`` ends the faults early; what ran is checked."""
     from django.db import connection
 
     log_dir = config.log_dir or Path(tempfile.mkdtemp(prefix=f"nemesis-{config.seed}-"))
@@ -58,11 +60,11 @@ def run(config: Config) -> Report:
     nemesis_log = Journal(log_dir / "nemesis.log")
     try:
         with _rig() as rig:
-            _drive(config, rig, nemesis_log, log_dir)
+            report.seconds = _drive(config, rig, nemesis_log, log_dir, interrupted)
     finally:
         nemesis_log.close()
     history, registers = _database_record()
-    record = {"history": history, "registers": registers}
+    record = {"history": history, "registers": registers, "seconds": report.seconds}
     (log_dir / "database.json").write_text(json.dumps(record, indent=0))
     return check(log_dir, history, registers, report)
 
@@ -72,33 +74,43 @@ def recheck(log_dir: Path) -> Report:
     about = json.loads((log_dir / "run.json").read_text())
     record = json.loads((log_dir / "database.json").read_text())
     config = Config(about["seed"], about["seconds"], about["workers"], about["sabotage"])
-    report = Report(config.seed, config.seconds, config.workers, about["database"], log_dir)
+    seconds = record.get("seconds", config.seconds)
+    report = Report(config.seed, seconds, config.workers, about["database"], log_dir)
     report.replay = config.replay()
     return check(log_dir, record["history"], record["registers"], report)
 
 
-def _drive(config: Config, rig: Rig, log: Journal, log_dir: Path) -> None:
+def _drive(
+    config: Config, rig: Rig, log: Journal, log_dir: Path, interrupted: threading.Event | None
+) -> float:
     stop = CTX.Value("b", 0, lock=False)
     spawn = _spawner(config, rig, stop, log_dir)
     for _ in range(config.workers):
         spawn()
     _await_hellos(rig, log_dir)
     started = now()
-    nemesis = Nemesis(rig, schedule.faults(config.seed, config.seconds), log, started)
+    tracks = schedule.faults(config.seed, config.seconds)
+    nemeses = [Nemesis(rig, track, tracks[track], log, started) for track in tracks]
     probe = Probe(rig.proxy.url, log)
-    nemesis.start()
-    probe.start()
+    for thread in [*nemeses, probe]:
+        thread.start()
+    interrupted = interrupted or threading.Event()
     try:
-        while now() < started + config.seconds and nemesis.is_alive():
-            time.sleep(0.2)
-            _replace_dead(config, rig, log, spawn)
+        while now() < started + config.seconds and all(n.is_alive() for n in nemeses):
+            if interrupted.wait(0.2):
+                log.write("interrupted")
+                break
+            _replace_dead(rig, log, spawn)
     finally:
-        nemesis.stop()
-        probe.stop()
+        elapsed = now() - started
+        for thread in [*nemeses, probe]:
+            thread.stop()
         stop.value = 1
         _stop_workers(rig, log)
-    if nemesis.error is not None:
-        raise RuntimeError("the nemesis failed") from nemesis.error
+    for nemesis in nemeses:
+        if nemesis.error is not None:
+            raise RuntimeError(f"the nemesis's {nemesis.track} track failed") from nemesis.error
+    return elapsed
 
 
 def _spawner(config: Config, rig: Rig, stop: Any, log_dir: Path) -> Any:
@@ -130,7 +142,7 @@ def _await_hellos(rig: Rig, log_dir: Path, timeout: float = 120.0) -> None:
         time.sleep(0.05)
 
 
-def _replace_dead(config: Config, rig: Rig, log: Journal, spawn: Any) -> None:
+def _replace_dead(rig: Rig, log: Journal, spawn: Any) -> None:
     """A worker the nemesis killed is replaced; one that died otherwise is a crash."""
     with rig.lock:
         dead = [slot for slot in rig.workers.values() if slot.process.exitcode is not None]

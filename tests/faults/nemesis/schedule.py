@@ -44,6 +44,12 @@ FAULT_WEIGHTS = {
     "redlock_restart": 1,  # SIGKILL one Redlock server, start it from its AOF
 }
 
+#: The nemesis's two tracks of faults, applied at the same time.
+TRACKS = {
+    "holders": ("pause_holder", "kill_holder"),
+    "servers": tuple(kind for kind in FAULT_WEIGHTS if not kind.endswith("_holder")),
+}
+
 #: Socket timeouts of the workers' caches (what production sites commonly set).
 SOCKET_TIMEOUT = 0.5
 #: How far past ``blocking_timeout`` an acquire may end (docs/api.md).
@@ -78,11 +84,19 @@ class OpPlan:
     names: tuple[str, ...]
 
 
-def faults(seed: int, seconds: float) -> list[Fault]:
-    """The fault schedule of a run of ``seconds``: one fault at a time, with
-    quiet gaps between them so that holders also get through."""
-    rng = random.Random(f"nemesis:{seed}")
-    kinds, weights = zip(*FAULT_WEIGHTS.items(), strict=True)
+def faults(seed: int, seconds: float) -> dict[str, list[Fault]]:
+    """The fault schedule of a run of ``seconds``, as two tracks that run at
+    once: one aimed at the holders, one at the servers and the network (so a
+    holder resuming from a pause may meet a partition). Within a track one
+    fault at a time, with quiet gaps so that holders also get through."""
+    return {
+        track: _track(random.Random(f"nemesis:{seed}:{track}"), kinds, seconds)
+        for track, kinds in TRACKS.items()
+    }
+
+
+def _track(rng: random.Random, kinds: tuple[str, ...], seconds: float) -> list[Fault]:
+    weights = [FAULT_WEIGHTS[kind] for kind in kinds]
     schedule: list[Fault] = []
     at = rng.uniform(1.0, 2.0)
     while at < seconds - 1.0:
@@ -90,7 +104,7 @@ def faults(seed: int, seconds: float) -> list[Fault]:
         duration = _duration(rng, kind)
         param = rng.uniform(0.02, 0.2) if kind == "slow" else float(rng.randint(1, 2))
         schedule.append(Fault(round(at, 3), kind, duration, rng.random(), round(param, 3)))
-        at += duration + rng.uniform(0.5, 2.5)
+        at += duration + rng.uniform(1.0, 4.0)
     return schedule
 
 

@@ -115,16 +115,17 @@ def load(log_dir: Path) -> Trace:
 def _read_nemesis(path: Path, trace: Trace) -> dict[int, float]:
     """Fault windows (a ``fault`` line to its ``healed`` line) and kill times by pid."""
     kills: dict[int, float] = {}
-    open_fault: dict[str, Any] | None = None
+    open_faults: dict[str, dict[str, Any]] = {}  # by the id pairing a fault and its healing
     for line in journal.read(path):
+        key = str(line.get("n", line.get("kind")))
         if line["ev"] == "fault":
-            open_fault = line
+            open_faults[key] = line
             if line["kind"] == "kill_holder":
                 kills[line["pid"]] = line["t"]
-        elif line["ev"] == "healed" and open_fault is not None:
-            window = Window(open_fault["t"], line["t"])
-            trace.faults.append(FaultRecord(open_fault["kind"], window, open_fault.get("pid")))
-            open_fault = None
+        elif line["ev"] == "healed" and key in open_faults:
+            began = open_faults.pop(key)
+            window = Window(began["t"], line["t"])
+            trace.faults.append(FaultRecord(began["kind"], window, began.get("pid")))
         elif line["ev"] in ("crash", "nemesis-error"):
             trace.crashes.append(str(line))
         elif line["ev"] == "stall":
@@ -132,9 +133,9 @@ def _read_nemesis(path: Path, trace: Trace) -> dict[int, float]:
             trace.stalls.append(FaultRecord("stall", window, None))
         elif line["ev"] == "cleanup-kill":
             kills[line["pid"]] = line["t"]
-    if open_fault is not None:
-        end = Window(open_fault["t"], math.inf)
-        trace.faults.append(FaultRecord(open_fault["kind"], end, open_fault.get("pid")))
+    for began in open_faults.values():  # never healed: the run ended first
+        window = Window(began["t"], math.inf)
+        trace.faults.append(FaultRecord(began["kind"], window, began.get("pid")))
     return kills
 
 
