@@ -122,11 +122,12 @@ class Logs:
         write: str | None = "ok",
         outcome: str = "ok",
         bt: float = 2.0,
+        renew: bool = False,
     ) -> None:
         who = f"worker-{int(op_id.split('.')[0]):03d}"
         start = acq - 0.01 if start is None else start
         self.line(who, "start", start, op=op_id, kind="lock", res=[res], mode="w", bt=bt,
-                  lease=1.0, renew=False)  # fmt: skip
+                  lease=1.0, renew=renew)  # fmt: skip
         self.line(who, "acq", acq, op=op_id, ok=True)
         self.line(who, "token", acq, op=op_id, res=res, token=token)
         if write is not None:
@@ -173,6 +174,33 @@ def test_checker_accepts_an_overlap_the_stale_holder_was_told_of(tmp_path: Path)
     assert report.ok, report.details()
     assert report.counts["told"] == 1
     assert report.counts["refused-fence"] == 1
+
+
+def test_checker_fails_two_holders_inside_one_lease_told_or_not(tmp_path: Path) -> None:
+    logs = Logs(tmp_path)
+    logs.op("0.1", acq=1.0, rel=3.0, token=10, write="refused-fence", outcome="lost")
+    logs.op("1.1", acq=1.5, rel=2.5, token=11)  # 0.1's lease of 1 s began at 0.99 at the earliest
+    assert _checks(logs.check()) == ["exclusion"]
+    logs.lines.pop("worker-000")
+    logs.op("0.1", acq=1.0, rel=3.0, token=10, write=None, outcome="lost", renew=True)
+    assert logs.check().ok  # with the watchdog, a hand-off's first lease is shorter
+
+
+def test_checker_does_not_blame_a_stale_holder_killed_before_it_could_be_told(
+    tmp_path: Path,
+) -> None:
+    logs = Logs(tmp_path)
+    logs.line("worker-000", "start", 0.99, op="0.1", kind="lock", res=["lock"], mode="w",
+              bt=2.0, lease=1.0, renew=False)  # fmt: skip
+    logs.line("worker-000", "acq", 1.0, op="0.1", ok=True)
+    logs.line("worker-000", "token", 1.0, op="0.1", res="lock", token=10)
+    logs.op("1.1", acq=2.0, rel=2.5, token=11)
+    logs.line("nemesis", "fault", 2.2, kind="kill_holder", pid=1000, w=0)
+    logs.line("nemesis", "healed", 2.2, kind="kill_holder", pid=1000)
+    assert logs.check().ok
+    logs.lines["worker-001"].clear()
+    logs.op("1.1", acq=1.5, rel=2.5, token=11, write=None)  # inside 0.1's lease
+    assert _checks(logs.check()) == ["exclusion"]
 
 
 def test_checker_tags_an_untold_overlap_after_a_failed_release_as_known(tmp_path: Path) -> None:

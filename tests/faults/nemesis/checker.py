@@ -3,9 +3,12 @@ record of applied writes, counts what happened, and lists every violation.
 
 Violations (each names the operations involved):
 
-- ``overlap``: two holders of one resource held it at once (more than its
-  capacity; a reader and a writer of ``rw``) and the stale one (the lower
-  fencing token, granted first) was never told it lost its lease;
+- ``exclusion``: two holders of one resource held it at once (more than its
+  capacity; a reader and a writer of ``rw``), the newer granted before the
+  stale one's lease (the lower fencing token's) could have ended (known for
+  ``Lock`` kinds without the watchdog only: see ``_judge``);
+- ``overlap``: the same, later in the stale one's lease, and the stale one
+  was never told it lost its lease (unless it was killed before it could be);
 - ``unreported``: a holder's write was refused because a newer token had
   written, so its lease had gone while it held, and it was never told;
 - ``lost-update``: the applied writes of a register are not exactly
@@ -25,13 +28,14 @@ filed is tagged with it (``Violation.known``) but still reported.
 from __future__ import annotations
 
 import itertools
+import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tests.faults.nemesis.schedule import BOUND_SLACK, CAPACITY
-from tests.faults.nemesis.trace import Trace, Window, load
+from tests.faults.nemesis.trace import OpRecord, Trace, Window, load
 
 #: Faults of Redis or the network, and the probe's stalls (a slow PING with no
 #: fault to explain it): an acquire overrunning its bound during one is issue 31 item 2.
@@ -39,6 +43,8 @@ SERVER_FAULTS = frozenset(
     {"restart_redis", "pause_redis", "partition", "slow", "reset", "redlock_pause"}
     | {"redlock_restart", "stall"}
 )
+#: The ``Lock`` kinds, whose acquire without the watchdog sets the full lease.
+FULL_LEASE_KINDS = frozenset({"lock", "lock_nested", "lock_extend", "alock", "multi"})
 KNOWN_RELEASE = "issue 31 item 1: a failed release of a lease already over is not told"
 KNOWN_BOUND = "issue 31 item 2: an acquire on a faulty or slow Redis overruns its bound"
 
@@ -149,32 +155,46 @@ def _count(trace: Trace, report: Report) -> None:
 
 def _overlaps(trace: Trace, resource: str) -> list[Violation]:
     """Sweep the holds of ``resource`` by the moment they began; wherever more
-    holders than its capacity overlap, every stale one must have been told."""
+    holders than its capacity overlap, judge every stale one (``_judge``)."""
     holds = sorted(trace.holds(resource), key=lambda op: op.acq or 0.0)
     capacity = CAPACITY[resource]
-    active: list[Any] = []
+    active: list[OpRecord] = []
     found: list[Violation] = []
-    blamed: set[str] = set()
+    judged: set[str] = set()
     for op in holds:
         assert op.acq is not None
-        active = [a for a in active if (a.hold_end or float("inf")) > op.acq]
+        active = [a for a in active if (a.hold_end or math.inf) > op.acq]
         rivals = [a for a in active if a.mode == "w" or op.mode == "w"]
         if len(rivals) + 1 > capacity:
             ranked = sorted([*rivals, op], key=lambda h: h.order_key(resource))
             for stale in ranked[: len(ranked) - capacity]:
-                if not stale.told and stale.id not in blamed:
-                    blamed.add(stale.id)
-                    newer = ranked[-1]
-                    found.append(
-                        Violation(
-                            "overlap",
-                            f"{resource}: {stale.describe(resource)} still held when "
-                            f"{newer.describe(resource)} was granted, and was never told",
-                            KNOWN_RELEASE if stale.outcome == "backend" else "",
-                        )
-                    )
+                if stale.id not in judged:
+                    judged.add(stale.id)
+                    found += _judge(resource, stale, ranked[-1])
         active.append(op)
     return found
+
+
+def _judge(resource: str, stale: OpRecord, newer: OpRecord) -> list[Violation]:
+    """``newer`` was granted while ``stale`` still believed it held.
+
+    If that was before ``stale``'s lease could have ended, Redis let two
+    holders in: ``exclusion``, told or not. That is known only for a lock
+    without the watchdog, whose acquire sets the full lease before it returns
+    (with the watchdog, a hand-off's first lease is a short one that the
+    watchdog then renews): its lease began no earlier than its acquire, and
+    lasted at least its shortest lease. Otherwise ``stale``'s lease had ended
+    and it must have been told by the end of its operation; one killed before
+    its operation ended never got the chance, and is not blamed."""
+    assert newer.acq is not None
+    pair = f"{resource}: {stale.describe(resource)} still held when {newer.describe(resource)}"
+    full_lease = not stale.renew and stale.kind in FULL_LEASE_KINDS
+    if full_lease and newer.acq < stale.start + stale.min_lease:
+        return [Violation("exclusion", f"{pair} was granted, before its lease could end")]
+    if stale.told or stale.outcome is None:
+        return []
+    known = KNOWN_RELEASE if stale.outcome == "backend" else ""
+    return [Violation("overlap", f"{pair} was granted, and was never told", known)]
 
 
 def _grant_order(trace: Trace, resource: str) -> list[Violation]:
@@ -205,7 +225,8 @@ def _unreported(trace: Trace) -> list[Violation]:
     for op in trace.ops.values():
         for write in op.writes:
             exclusive = CAPACITY[write["res"]] == 1
-            if exclusive and write["outcome"] == "refused-fence" and not op.told:
+            stale = exclusive and write["outcome"] == "refused-fence"
+            if stale and not op.told and op.outcome is not None:  # None: killed, not told yet
                 found.append(
                     Violation(
                         "unreported",

@@ -38,6 +38,9 @@ class OpRecord:
     bt: float | None
     lease: float
     start: float
+    #: The shortest lease it asked for (``extend()`` may set a shorter one).
+    min_lease: float = math.inf
+    renew: bool = True
     acq: float | None = None
     acq_ok: bool | None = None
     tokens: dict[str, int] = field(default_factory=dict)
@@ -153,7 +156,7 @@ def _read_worker(path: Path, trace: Trace, kills: dict[int, float]) -> None:
         if ev == "start":
             op = OpRecord(
                 line["op"], worker, pid, line["kind"], tuple(line["res"]), line["mode"],
-                line["bt"], line["lease"], t,
+                line["bt"], line["lease"], t, line["lease"], line["renew"],
             )  # fmt: skip
             ops.append(op)
             trace.ops[op.id] = op
@@ -167,6 +170,8 @@ def _read_worker(path: Path, trace: Trace, kills: dict[int, float]) -> None:
             op.tokens[line["res"]] = line["token"]
         elif ev == "write":
             op.writes.append(line)
+        elif ev == "extended":
+            op.min_lease = min(op.min_lease, line["lease"])
         elif ev == "rel":
             op.rel = t
         elif ev == "end":
