@@ -96,7 +96,7 @@ def _drive(
         thread.start()
     interrupted = interrupted or threading.Event()
     try:
-        while now() < started + config.seconds and all(n.is_alive() for n in nemeses):
+        while now() < started + config.seconds and all(n.error is None for n in nemeses):
             if interrupted.wait(0.2):
                 log.write("interrupted")
                 break
