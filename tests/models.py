@@ -86,3 +86,25 @@ class Account(models.Model):  # noqa: DJ008
     """A row read, changed in Python and saved: docs/quickstart.md's lost-update recipe."""
 
     points = models.IntegerField(default=0)
+
+
+class NemesisRegister(models.Model):
+    """A counter the nemesis run's workers read, increment and write back under a
+    lock (``tests/faults/nemesis``): one row per guarded resource."""
+
+    name = models.CharField(max_length=50, unique=True)
+    value = models.IntegerField(default=0)
+    fence = FenceField()
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value} (fence {self.fence})"
+
+
+class NemesisWrite(models.Model):  # noqa: DJ008
+    """One accepted write to a ``NemesisRegister``, inserted in the write's own
+    transaction: the database's record of what was applied, for the checker."""
+
+    register = models.CharField(max_length=50)
+    value = models.IntegerField()
+    token = models.BigIntegerField(null=True)
+    op = models.CharField(max_length=40)
