@@ -285,3 +285,29 @@ def test_slots_are_granted_in_arrival_order(redis_client: redis.Redis) -> None:
         if sem.owned():
             sem.release()
     assert [int(i) for i in redis_client.lrange("slot-order", 0, -1)] == list(range(5))
+
+
+@pytest.mark.usefixtures("real_redis")
+def test_a_request_refused_by_busy_processes_gets_429_with_their_lease_as_retry_after() -> None:
+    """Two requests in other processes hold both slots (their watchdogs renew
+    the 4 s leases); a third, here, is refused with a Retry-After no longer
+    than the lease, and gets in once they are done."""
+    from django.test import RequestFactory
+
+    @require_slot("busy:<pk>", limit=2, timeout=4, blocking_timeout=0.2)
+    def third(request: Any, pk: int) -> Any:
+        from django.http import HttpResponse
+
+        return HttpResponse("ok")
+
+    inside, done = CTX.Semaphore(0), CTX.Event()
+    with processes(slot_workers.held_open_request, [(inside, done)] * 2):
+        try:
+            for _ in range(2):
+                assert inside.acquire(timeout=60), "a slow request never got in"
+            refused = third(RequestFactory().get("/busy/1/"), pk=1)
+        finally:
+            done.set()
+    assert refused.status_code == 429
+    assert 1 <= int(refused["Retry-After"]) <= 4
+    assert third(RequestFactory().get("/busy/1/"), pk=1).status_code == 200

@@ -56,3 +56,16 @@ def ordered(request: HttpRequest, pk: int, index: int) -> HttpResponse:
 def ordered_request(index: int) -> None:
     response = ordered(RequestFactory().get("/order/1/"), pk=1, index=index)
     assert response.status_code == 200, response.status_code
+
+
+@require_slot("busy:<pk>", limit=2, timeout=4, blocking_timeout=30)
+def held_open(request: HttpRequest, pk: int, inside: Any, done: Any) -> HttpResponse:
+    inside.release()  # one more request is in
+    done.wait(60)
+    return HttpResponse("ok")
+
+
+def held_open_request(inside: Any, done: Any) -> None:
+    """A slow request: holds its slot of ``busy:1`` until ``done`` is set."""
+    response = held_open(RequestFactory().get("/busy/1/"), pk=1, inside=inside, done=done)
+    assert response.status_code == 200, response.status_code
