@@ -141,7 +141,9 @@ def require_slot(
     Requests`` with ``Retry-After`` from the semaphore's own hint (``None``
     for ``on_contention``; another status, a callable or ``"raise"`` as for
     ``require_lock``); other calls raise ``LockTimeout``. Redis unreachable is
-    a ``503`` and a lost permit a ``409``, as for ``require_lock``.
+    a ``503``, and a lock lost under the view a ``409``, as for
+    ``require_lock``; the slot's own permit lost while the call ran is logged,
+    not answered: the work is done, and a slot guards no data.
 
     Unlike a lock, the slot is released when the view returns, not handed to
     its database transaction: it limits load, it does not guard writes. A

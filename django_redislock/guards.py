@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
@@ -27,6 +28,8 @@ from django_redislock.primitives.async_lock import AsyncLock
 from django_redislock.primitives.lock import Lock
 from django_redislock.primitives.semaphore import AsyncSemaphore, Semaphore
 from django_redislock.transactions import hand_over
+
+logger = logging.getLogger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -144,6 +147,10 @@ class Guard:
         """Leave after the function returned."""
         _release_or_hold_until_commit(lock)
 
+    async def leave_async(self, lock: Any) -> None:
+        """Leave after the async function returned (no transaction to hand to)."""
+        await lock.__aexit__(None, None, None)
+
     def leave_raising(self, lock: Any, exc: BaseException) -> None:
         """Leave after the function raised ``exc``."""
         # in a transaction its writes may still commit (a caller that
@@ -228,7 +235,7 @@ class Guard:
             await self._leave_raised_async(lock, name, exc, request)
             raise
         try:
-            await lock.__aexit__(None, None, None)
+            await self.leave_async(lock)
         except LockLostError as exc:
             if request is None or self.answers.raises(exc):
                 raise
@@ -266,10 +273,27 @@ class SlotGuard(Guard):
         return AsyncSemaphore(name, self.limit, **self.options())
 
     def leave(self, lock: Any) -> None:
-        lock.__exit__(None, None, None)
+        try:
+            lock.__exit__(None, None, None)
+        except LockLostError as exc:
+            _slot_lost(exc)
+
+    async def leave_async(self, lock: Any) -> None:
+        try:
+            await lock.__aexit__(None, None, None)
+        except LockLostError as exc:
+            _slot_lost(exc)
 
     def leave_raising(self, lock: Any, exc: BaseException) -> None:
         lock.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def _slot_lost(error: LockLostError) -> None:
+    """A slot's permit was lost while the call ran (cleared, expired, lost
+    with Redis): logged, not raised. A slot limits load and guards no data,
+    so the finished work stands (a lock's loss rolls it back); for a while
+    the key may have had one call more than its limit."""
+    logger.warning("%s; the call under it had finished, its result stands.", error)
 
 
 async def _answered(answer: Any) -> Any:

@@ -311,3 +311,50 @@ def test_a_request_refused_by_busy_processes_gets_429_with_their_lease_as_retry_
     assert refused.status_code == 429
     assert 1 <= int(refused["Retry-After"]) <= 4
     assert third(RequestFactory().get("/busy/1/"), pk=1).status_code == 200
+
+
+def _clear_slots(name: str) -> None:
+    """What ``manage.py locks clear NAME`` does."""
+    from django_redislock.backend.client import get_client
+    from django_redislock.ops.inspection import clear
+
+    assert clear(get_client("default"), "redislock", name) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slot_cleared_while_the_view_ran_leaves_its_answer_and_writes_alone(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A slot guards no data: its loss is logged, the finished work stands."""
+    from django.contrib.auth.models import Group
+    from django.db import transaction
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    @require_slot("report:<pk>", limit=2)
+    def report(request: Any, pk: int) -> Any:
+        Group.objects.create(name="written")
+        _clear_slots(f"report:{pk}")
+        return HttpResponse("done")
+
+    with caplog.at_level("WARNING", logger="django_redislock"), transaction.atomic():
+        response = report(RequestFactory().get("/report/1/"), pk=1)
+    assert (response.status_code, response.content) == (200, b"done")
+    assert Group.objects.filter(name="written").exists()
+    [record] = [r for r in caplog.records if r.name == "django_redislock.guards"]
+    assert "'report:1' was lost" in record.getMessage()
+
+
+def test_a_slot_cleared_under_an_async_call_is_logged_not_raised(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from asgiref.sync import sync_to_async
+
+    @require_slot("report:<pk>", limit=2)
+    async def report(pk: int) -> str:
+        await sync_to_async(_clear_slots)(f"report:{pk}")
+        return "done"
+
+    with caplog.at_level("WARNING", logger="django_redislock"):
+        assert asyncio.run(report(1)) == "done"
+    assert any(r.name == "django_redislock.guards" for r in caplog.records)
