@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django_redislock.backend.values import HolderInfo
-from django_redislock.decorators import require_lock
+from django_redislock.decorators import require_lock, require_slot
 from django_redislock.exceptions import (
     InsufficientStock,
     LockBackendError,
@@ -53,6 +53,7 @@ __all__ = [
     "Semaphore",
     "fenced_update",
     "require_lock",
+    "require_slot",
     "single_run",
 ]
 

@@ -73,8 +73,15 @@ def is_request(value: object) -> bool:
 class NamePlan:
     """How to name the lock for one decorated callable, worked out once."""
 
-    def __init__(self, func: Callable[..., Any], parts: list[str | tuple[str, ...]]) -> None:
+    def __init__(
+        self,
+        func: Callable[..., Any],
+        parts: list[str | tuple[str, ...]],
+        decorator: str = "require_lock",
+    ) -> None:
         self.parts = parts
+        #: Who the errors name: the decorator the template was given to.
+        self.decorator = decorator
         self.extra: dict[str, object] = {}
         # method_decorator hands each decorator the bound method as a partial,
         # or (a list of decorators) another decorator's wrapper of it: its
@@ -98,7 +105,7 @@ class NamePlan:
             if isinstance(part, tuple) and part[0] not in names and self.var_keyword is None:
                 qualname = getattr(func, "__qualname__", repr(func))
                 raise ImproperlyConfigured(
-                    f"require_lock: placeholder <{'.'.join(part)}> can never be filled: "
+                    f"{decorator}: placeholder <{'.'.join(part)}> can never be filled: "
                     f"{qualname}() has no argument {part[0]!r} and takes no **kwargs "
                     f"(URL kwargs). Its arguments are: {', '.join(self.signature.parameters)}."
                 )
@@ -156,7 +163,7 @@ class NamePlan:
                     found = getattr(value, attribute, _MISSING)
                 if found is _MISSING:
                     raise ImproperlyConfigured(
-                        f"require_lock: placeholder <{'.'.join(part)}>: "
+                        f"{self.decorator}: placeholder <{'.'.join(part)}>: "
                         f"{type(value).__name__} has no attribute {attribute!r}."
                     )
                 value = found

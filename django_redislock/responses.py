@@ -1,6 +1,7 @@
 """What ``@require_lock`` answers a view call that it cannot run or finish.
 
-Three answers, each with ``Retry-After``:
+Three answers, each with ``Retry-After`` (``@require_slot`` answers
+contention with **429 Too Many Requests** instead of 423, see ``busy``):
 
 - **423 Locked** when the lock is held by someone else past the blocking
   timeout. ``Retry-After`` is an estimate of when this caller would get the
@@ -76,12 +77,15 @@ class Answers:
         on_lock_lost: Any = None,
         timeout: float | None,
         using: str | None,
+        limit: int | None = None,
     ) -> None:
         self.on_contention = on_contention
         self.on_backend_error = on_backend_error
         self.on_lock_lost = on_lock_lost
         self.timeout = timeout
         self.using = using
+        #: ``require_slot``'s limit: refusals are 429s (``busy``); ``None``: a lock's 423s.
+        self.limit = limit
 
     def raises(self, error: LockBackendError | LockLostError) -> bool:
         """Whether ``error``, raised under a view, is to propagate (``"raise"``)."""
@@ -105,6 +109,8 @@ class Answers:
             raise error
         if callable(handler):
             return handler(request, error)
+        if self.limit is not None:  # from the refusal itself: no round trip
+            return busy(request, error, handler or HTTPStatus.TOO_MANY_REQUESTS, self.timeout)
         status = handler or HTTPStatus.LOCKED
         if asynchronous:  # the estimate reads Redis: not on the event loop's thread
             return sync_to_async(locked, thread_sensitive=False)(
@@ -204,6 +210,28 @@ def locked(
     """The answer to a view call refused ``error``: 423 (or ``status``)."""
     seconds = retry_after(error, timeout=timeout, using=using)
     return error_response(request, status, f"{error.name} is busy; try again shortly.", seconds)
+
+
+def busy(request: Any, error: LockTimeout, status: int, timeout: float | None) -> HttpResponseBase:
+    """The answer to a view call refused a ``require_slot`` slot: 429 (or ``status``)."""
+    message = f"Too many requests for {error.name} at once; try again shortly."
+    return error_response(request, status, message, slot_retry_after(error, timeout=timeout))
+
+
+def slot_retry_after(error: LockTimeout, *, timeout: float | None) -> int:
+    """Seconds until a caller refused a slot of ``error.name`` would likely get one.
+
+    The semaphore's own hint, read from the Redis server's clock in the
+    refusing script: when the earliest-ending permit's lease runs out (or,
+    with waiters entitled to a slot that just freed, how soon they take it).
+    A holder that finishes frees its slot sooner, so this errs long, never
+    short, as a ``Retry-After`` should; rounded up, at least 1. Without a
+    hint it is the lease (``timeout``, else ``REDISLOCK['TIMEOUT']``).
+    """
+    seconds = error.retry_after
+    if not seconds:
+        seconds = timeout if timeout is not None else get_settings().timeout
+    return max(1, math.ceil(seconds))
 
 
 def retry_after(error: LockTimeout, *, timeout: float | None, using: str | None) -> int:

@@ -16,6 +16,7 @@ from django.test import AsyncClient, Client, RequestFactory, override_settings
 
 from django_redislock import Lock, LockBackendError, LockTimeout, require_lock
 from django_redislock import signals as lock_signals
+from tests.support import servers
 from tests.support.other_holders import OtherThread
 from tests.support.signals_helper import capture
 
@@ -374,11 +375,7 @@ def test_workers_merging_one_machine_record_lose_nothing(
 
 @pytest.fixture
 def redis_down() -> Iterator[None]:
-    from tests.settings import redis_cache
-    from tests.support.servers import free_port
-
-    caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
-    with override_settings(CACHES=caches):
+    with servers.redis_down():
         yield
 
 
@@ -529,11 +526,7 @@ def test_drf_views_get_drf_json_for_423_and_503(held: Lock, prefix: str) -> None
         assert response.json() == {"detail": "sku:42 is busy; try again shortly."}
         assert 1 <= int(response["Retry-After"]) <= 20
         assert Client().get(f"/{prefix}/43/").json() == {"ok": True}
-        from tests.settings import redis_cache
-        from tests.support.servers import free_port
-
-        caches = {"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}
-        with override_settings(CACHES=caches):
+        with servers.redis_down():
             response = Client().get(f"/{prefix}/42/")
         assert response.status_code == 503
         assert response.json() == {"detail": "The lock service is unavailable; try again shortly."}

@@ -7,5 +7,6 @@ urlpatterns = [
     path("", views.index, name="index"),
     path("buy/<int:pk>/", views.buy, name="buy"),
     path("orders/", views.orders, name="orders"),
+    path("orders/<int:pk>/invoice/", views.invoice, name="invoice"),
     path("load/", views.start_load, name="load"),
 ]

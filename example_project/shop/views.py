@@ -5,8 +5,9 @@ import re
 import time
 
 from django.contrib import messages
+from django.contrib.auth.decorators import login_required
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
@@ -16,6 +17,7 @@ from django_redislock import (
     LockTimeout,
     Semaphore,
     require_lock,
+    require_slot,
 )
 
 from . import load
@@ -23,6 +25,9 @@ from .models import SKU, Order
 
 #: Longest simulated payment a buyer may ask for (``think_ms``), in ms.
 MAX_THINK_MS = 2000
+
+#: How long rendering an invoice takes (a PDF renderer would take longer).
+INVOICE_RENDER_SECONDS = 0.5
 
 
 def index(request: HttpRequest) -> HttpResponse:
@@ -76,6 +81,29 @@ def buy(request: HttpRequest, pk: int) -> HttpResponse:
 def orders(request: HttpRequest) -> HttpResponse:
     recent = Order.objects.select_related("sku")[:100]
     return render(request, "shop/orders.html", {"orders": recent})
+
+
+@login_required(login_url="admin:login")  # first: an anonymous request takes no slot
+@require_slot("invoice:<request.user.pk>", limit=2, blocking_timeout=1)
+def invoice(request: HttpRequest, pk: int) -> HttpResponse:
+    """An order's invoice, as a download. Rendering one is slow, so each user
+    renders at most two at once, across every server: a third download waits
+    up to a second for a slot, then gets 429 with Retry-After. Other users
+    are not held up. The slot is released when the view returns."""
+    order = get_object_or_404(Order.objects.select_related("sku"), pk=pk)
+    if not request.user.is_staff and order.buyer != request.user.get_username():
+        raise Http404("No such order.")
+    time.sleep(INVOICE_RENDER_SECONDS)  # the renderer
+    lines = [
+        f"Invoice for order #{order.pk}",
+        f"Date: {order.created_at:%Y-%m-%d %H:%M:%S %Z}",
+        f"Buyer: {order.buyer or '-'}",
+        f"{order.quantity} x {order.sku.title} ({order.sku.code}) at {order.sku.price}",
+        f"Total: {order.quantity * order.sku.price}",
+    ]
+    response = HttpResponse("\n".join(lines) + "\n", content_type="text/plain; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="invoice-{order.pk}.txt"'
+    return response
 
 
 @require_POST

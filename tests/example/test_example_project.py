@@ -331,3 +331,55 @@ def test_shop_edges_answer_instead_of_crashing(tmp_path: Path) -> None:
     assert re.search(r"^busy 503 \d+ 0$", result.stdout, re.M), result.stdout  # nothing sold
     assert "second run: Another shop_load run is going" in result.stdout
     assert "outcome 302 bought" in result.stdout
+
+
+INVOICES = """
+import functools
+from django.contrib.auth.models import User
+from django.test import Client
+from django.urls import reverse
+from django_redislock import Semaphore
+from example_project.shop.management.commands.seed_shop import DEMO_USERNAME
+from example_project.shop.models import Order, SKU
+
+sku = SKU.objects.order_by("pk").first()
+demo = User.objects.get(username=DEMO_USERNAME)
+plain = User.objects.create_user("plain", password="x")
+mine = Order.objects.create(sku=sku, buyer="plain")
+theirs = Order.objects.create(sku=sku, buyer=DEMO_USERNAME)
+url = lambda order: reverse("shop:invoice", args=[order.pk])
+
+Client = functools.partial(Client, SERVER_NAME="127.0.0.1")
+anonymous = Client().get(url(theirs))
+print("anonymous", anonymous.status_code, anonymous["Location"].split("?")[0])
+staff, other = Client(), Client()
+staff.force_login(demo)
+other.force_login(plain)
+ok = staff.get(url(theirs))
+print("ok", ok.status_code, ok["Content-Disposition"], ok.content.decode().splitlines()[0])
+print("link", url(theirs) in staff.get(reverse("shop:orders")).content.decode())
+print("not theirs", other.get(url(theirs)).status_code)
+slots = Semaphore(f"invoice:{demo.pk}", 2)
+slots.acquire(); slots.acquire()  # two downloads of the demo user's under way
+busy = staff.get(url(theirs))
+print("busy", busy.status_code, busy["Retry-After"])
+print("others", other.get(url(mine)).status_code)
+slots.release(); slots.release()
+print("again", staff.get(url(theirs)).status_code)
+"""
+
+
+def test_invoices_are_limited_to_two_at_once_per_user(tmp_path: Path) -> None:
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    assert manage(tmp_path, "seed_shop").returncode == 0
+    result = manage(tmp_path, "shell", "-c", INVOICES)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "anonymous 302 /admin/login/" in out, out
+    assert re.search(
+        r'^ok 200 attachment; filename="invoice-\d+.txt" Invoice for order #\d+$', out, re.M
+    ), out
+    assert "link True" in out and "not theirs 404" in out, out
+    busy = re.search(r"^busy 429 (\d+)$", out, re.M)
+    assert busy and 1 <= int(busy.group(1)) <= 10, out  # the shop's 10 s lease at most
+    assert "others 200" in out and "again 200" in out, out

@@ -16,7 +16,7 @@ from django_redislock import LockLostError, LockNotOwnedError, LockTimeout, Sema
 from django_redislock import signals as lock_signals
 from django_redislock.ops.inspection import clear, list_held
 from tests.support.gauge import Gauge
-from tests.support.procs import CTX, _entry, processes, worker_env
+from tests.support.procs import CTX, processes, queued_in_turn, reap, start_one
 from tests.support.signals_helper import capture
 
 # --- workers (module level: spawned processes import them by name) ------------
@@ -50,23 +50,6 @@ def _hold_forever(name: str, lease: float, ready: Any) -> None:
     assert sem.acquire(blocking=False)
     ready.set()
     time.sleep(600)
-
-
-def _start(target: Any, *args: Any) -> Any:
-    """One worker process, for tests that start workers one at a time."""
-    from django.db import connections
-
-    connections.close_all()
-    proc = CTX.Process(target=_entry, args=(worker_env(), target, args))
-    proc.start()
-    return proc
-
-
-def _reap(started: list[Any]) -> None:
-    for proc in started:
-        if proc.is_alive():
-            proc.kill()
-            proc.join(5)
 
 
 # --- basics ----------------------------------------------------------------------
@@ -404,20 +387,11 @@ def test_grant_order_is_arrival_order(redis_client: redis.Redis) -> None:
     holder = Semaphore("fifo", 1, timeout=30)
     holder.acquire()
     waiters = 5
-    started: list[Any] = []
-    try:
-        for index in range(waiters):
-            started.append(_start(_ordered_waiter, "fifo", index))
-            deadline = time.monotonic() + 30
-            while redis_client.zcard("redislock:{fifo}:sem:queue") < index + 1:
-                assert time.monotonic() < deadline, f"waiter {index} never queued"
-                time.sleep(0.01)
+    queue = "redislock:{fifo}:sem:queue"
+    with queued_in_turn(
+        redis_client, queue, _ordered_waiter, [("fifo", i) for i in range(waiters)]
+    ):
         holder.release()
-        for proc in started:
-            proc.join(30)
-            assert proc.exitcode == 0
-    finally:
-        _reap(started)
     assert [int(i) for i in redis_client.lrange("order", 0, -1)] == list(range(waiters))
 
 
@@ -425,7 +399,7 @@ def test_grant_order_is_arrival_order(redis_client: redis.Redis) -> None:
 def test_killed_holder_permit_returns_after_its_lease() -> None:
     ready = CTX.Event()
     lease = 2.0
-    proc = _start(_hold_forever, "dead", lease, ready)
+    proc = start_one(_hold_forever, "dead", lease, ready)
     try:
         assert ready.wait(30)
         time.sleep(lease * 1.5)
@@ -438,7 +412,7 @@ def test_killed_holder_permit_returns_after_its_lease() -> None:
         waited = time.monotonic() - killed
         assert waited <= lease + 2.5, waited
     finally:
-        _reap([proc])
+        reap([proc])
 
 
 def test_unreachable_redis_raises_backend_error() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -80,3 +81,45 @@ def processes(
             if proc.is_alive():
                 proc.kill()
                 proc.join(5)
+
+
+def start_one(target: Callable[..., Any], *args: Any) -> multiprocessing.process.BaseProcess:
+    """One worker process, for tests that start workers one at a time."""
+    from django.db import connections
+
+    connections.close_all()
+    proc = CTX.Process(target=_entry, args=(worker_env(), target, args))
+    proc.start()
+    return proc
+
+
+def reap(started: Sequence[multiprocessing.process.BaseProcess]) -> None:
+    """Kill what is still running of ``started``."""
+    for proc in started:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5)
+
+
+@contextmanager
+def queued_in_turn(
+    client: Any, queue_key: str, target: Callable[..., Any], args_list: Sequence[Sequence[Any]]
+) -> Iterator[list[multiprocessing.process.BaseProcess]]:
+    """Start one worker per args, each once the one before it is queued (the
+    ZSET ``queue_key`` has grown by one), so their arrival order is the list's.
+    The block lets them in (releases what they wait for); on exit they must
+    all have finished cleanly."""
+    started: list[multiprocessing.process.BaseProcess] = []
+    try:
+        for index, args in enumerate(args_list):
+            started.append(start_one(target, *args))
+            deadline = time.monotonic() + 30
+            while client.zcard(queue_key) < index + 1:
+                assert time.monotonic() < deadline, f"worker {index} never queued"
+                time.sleep(0.01)  # polling Redis: no event tells a queue grew
+        yield started
+        for proc in started:
+            proc.join(60)
+            assert proc.exitcode == 0, f"worker {proc.pid} exited with {proc.exitcode}"
+    finally:
+        reap(started)

@@ -10,6 +10,7 @@ always clean up.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import shutil
 import signal
@@ -18,7 +19,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -58,6 +59,17 @@ REDIS_SERVER = server_binary() if SERVER_KIND in SERVER_KINDS else None
 #: bound yet is free again at once, and the kernel may hand it out twice in a
 #: row (two "distinct" servers, or a cluster node and its bus, on one port).
 _HANDED_OUT: collections.deque[int] = collections.deque(maxlen=256)
+
+
+@contextlib.contextmanager
+def redis_down() -> Iterator[None]:
+    """The default cache pointed at a port nothing listens on: Redis down."""
+    from django.test import override_settings
+
+    from tests.settings import redis_cache
+
+    with override_settings(CACHES={"default": redis_cache(f"redis://127.0.0.1:{free_port()}/0")}):
+        yield
 
 
 def free_port() -> int:
