@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import redis
 
 from django_redislock import Lock, Semaphore
 from django_redislock import signals as lock_signals
@@ -33,24 +33,36 @@ def slow(real: Any) -> Any:
     return call
 
 
-@pytest.fixture(autouse=True)
-def _patient_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The history's write, bounded to 2 s for a hung Redis, is dropped past it:
-    on a loaded CI machine a first write (a new connection) came close."""
-    monkeypatch.setattr("django_redislock.holds.counters.WRITE_TIMEOUT", 30.0)
+@pytest.fixture
+def recorder() -> Iterator[hot.Recorder]:
+    """A history recorder of the test's own, tapped to the signals for the test:
+    what it tallies is read from memory, so no other recorder, flush or write
+    (and no earlier test that re-ran the apps' ``ready()``) can change it."""
+    own = hot.Recorder(hot._connect, background=False)
+    receivers = hot._receivers(own)
+    for signal, receiver in receivers:
+        lock_signals.tap(signal, receiver)
+    try:
+        yield own
+    finally:
+        for signal, receiver in receivers:
+            lock_signals.untap(signal, receiver)
+        own.forget_exit()
+        own.reset()
 
 
-def minute_waits(client: redis.Redis, name: str) -> int:
-    from django.apps import apps
-
-    apps.get_app_config("django_redislock").hot_recorder.flush()
-    minutes = hot.read(client, "redislock", time.time(), minutes=2)
-    return sum(minute.get(name, {}).get("waits", 0) for minute in minutes)
+def waits_of(recorder: hot.Recorder, name: str) -> int:
+    """The waits ``recorder`` tallied for ``name`` (the hot-names panel's count)."""
+    return sum(
+        entry[hot.FIELDS.index("waits")]
+        for (_, tallied), entry in recorder._tally.items()
+        if tallied == name
+    )
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_slow_start_is_not_a_wait(
-    kind: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+    kind: str, recorder: hot.Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if kind == "lock":
         import django_redislock.primitives.lock_common as steps
@@ -72,12 +84,10 @@ def test_a_slow_start_is_not_a_wait(
         pass
     assert time.monotonic() - started >= PAUSE  # the pause happened inside the acquire
     assert [c["waited"] for c in acquired] == [0.0]
-    assert minute_waits(redis_client, "slow-start") == 0
+    assert waits_of(recorder, "slow-start") == 0
 
 
-def test_a_wait_in_line_is_still_a_wait(
-    redis_client: redis.Redis, other_thread: OtherThread
-) -> None:
+def test_a_wait_in_line_is_still_a_wait(recorder: hot.Recorder, other_thread: OtherThread) -> None:
     holder = Lock("in-line", auto_renew=False)
     assert other_thread(holder.acquire)
     timer = threading.Timer(0.2, other_thread, (holder.release,))
@@ -87,4 +97,4 @@ def test_a_wait_in_line_is_still_a_wait(
             pass
     timer.join(10)
     assert [c["waited"] >= 0.1 for c in acquired] == [True]
-    assert minute_waits(redis_client, "in-line") == 1
+    assert waits_of(recorder, "in-line") == 1

@@ -267,7 +267,9 @@ def test_clear_many_shows_progress(redis_client: redis.Redis) -> None:
     assert "Cleared 1200/1200" in err
     assert "… and 1150 more" in out
     assert "Released 1200 of 1200." in out
-    assert redis_client.dbsize() == 0
+    # everything cleared; the per-minute history (one key for all names) may
+    # have been written meanwhile by the process's recorder
+    assert [k for k in redis_client.scan_iter() if b"{~hot}" not in k] == []
 
 
 def test_listing_uses_scan_never_keys(redis_client: redis.Redis) -> None:
