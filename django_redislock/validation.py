@@ -19,6 +19,8 @@ MAX_NAME_LENGTH = 1024
 
 
 def check_name(name: object, argument: str = "name") -> str:
+    if type(name) is str and 0 < len(name) <= MAX_NAME_LENGTH and name.isprintable():
+        return name  # the common case, checked first: a name per request
     if not isinstance(name, str):
         raise TypeError(f"{argument} must be a str, not {type(name).__name__}.")
     if not name:
@@ -62,7 +64,10 @@ def check_lease(value: object, argument: str = "timeout") -> float | None:
 def check_seconds(
     value: object, argument: str, *, allow_none: bool = True, allow_zero: bool = False
 ) -> float | None:
-    if value is None:
+    if type(value) is float or type(value) is int:  # the common case first
+        if 0 < value <= MAX_LEASE:
+            return float(value)
+    elif value is None:
         if allow_none:
             return None
         raise TypeError(f"{argument} must be a number of seconds, not None.")
@@ -109,6 +114,13 @@ def wait_budget(
 ) -> tuple[bool, float | None]:
     """Resolve per-call overrides of ``owner``'s options: (may wait, seconds to
     wait or ``None`` for ever)."""
+    if blocking is None and blocking_timeout is None:  # the common case: the owner's own
+        if not owner.blocking:
+            return False, 0.0
+        budget = owner.blocking_timeout
+        if budget is None:
+            budget = settings.blocking_timeout
+        return budget != 0.0, budget
     if blocking is None:
         blocking = owner.blocking
     else:

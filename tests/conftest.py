@@ -240,6 +240,7 @@ def _end_leaked_holdings() -> Iterator[None]:
     from django_redislock.holds.watchdog import watchdog
 
     with watchdog._cond:
+        watchdog._admit()
         leaked = [entry.ref() for entry in watchdog._watched.values()]
         for key in [key for key, entry in watchdog._watched.items() if entry.ref() is None]:
             watchdog._schedule.remove(key)

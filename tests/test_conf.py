@@ -20,7 +20,9 @@ IMPORT_TIME_LOCK = Lock("import-time")
 
 def watched(lock: Lock) -> bool:
     holding = lock._holding()
-    return holding is not None and id(holding) in watchdog._watched
+    with watchdog._lock:
+        watchdog._admit()
+        return holding is not None and id(holding) in watchdog._watched
 
 
 def test_defaults() -> None:

@@ -215,10 +215,10 @@ def must_connect(client: Any) -> bool:
     last; ``False`` for any other pool, whose steps run as they always did."""
     pool = getattr(client, "connection_pool", None)
     try:
-        if isinstance(pool, redis.BlockingConnectionPool):
-            idle = pool.pool.queue  # None for a slot with no connection made yet
-        elif type(pool) is redis.ConnectionPool:
+        if type(pool) is redis.ConnectionPool:  # first: isinstance() of an ABC is slow
             idle = pool._available_connections
+        elif isinstance(pool, redis.BlockingConnectionPool):
+            idle = pool.pool.queue  # None for a slot with no connection made yet
         else:
             return False
         last = idle[-1] if idle else None

@@ -30,6 +30,7 @@ empty tally (it must not write its parent's counts twice).
 from __future__ import annotations
 
 import logging
+from os import getpid as current_pid
 from typing import Any
 
 from django_redislock.backend import client as backend
@@ -59,7 +60,8 @@ class Tally(BackgroundWriter):
         is not one of the ``waited`` acquires that ``wait_ms`` averages over)."""
         waits = 1 if waited > 0 else 0
         waited_ms = round(waited * 1000) if waits else 0
-        self._forked()
+        if self._life.pid != current_pid():
+            self._forked()
         with self._lock:
             entry = self._pending.get((id(client), stats_key))
             if entry is None:

@@ -91,6 +91,7 @@ class Holding:
         "stats_key",
         "stats_ttl_ms",
         "token",
+        "watch_state",
     )
 
     def __init__(
@@ -147,6 +148,8 @@ class Holding:
         self.active = True
         self.releasing = False
         self.lost: str | None = None
+        #: The watchdog's (``holds/watchdog.py``): whether it renews this hold.
+        self.watch_state = 0
 
     @property
     def renew_interval(self) -> float:
@@ -363,6 +366,8 @@ class Holding:
         releases it now, and the lease will free the name with no
         ``lock_lost`` to tell anyone. Only queued here (``holds/dropped.py``); a
         released hold is no longer watched, and a lost one was reported."""
+        if not self.active:  # released, or lost: nothing renews it
+            return
         try:
             if self.lost is None and self.pid == current_pid() and not sys.is_finalizing():
                 watchdog.dropped(self, (self.kind, self.name, self.holder, self.lease_deadline))

@@ -44,27 +44,44 @@ _H = TypeVar("_H", bound=_Hold)
 HoldKey = tuple[str | tuple[str, ...], str]
 
 
+#: Entries a registry keeps before it drops those whose hold was collected.
+PRUNE_AT = 1024
+
+
 class Registry(Generic[_H]):
     """The holds of one holder, by (cache alias, key): weak references only.
 
     A hold that has ended (released, or forgotten after a loss) is no hold:
-    ``get`` skips it, so nothing has to be taken out when a hold ends."""
+    ``get`` skips it. A plain dict of ``weakref.ref``s, not a
+    ``WeakValueDictionary``: that one's item access is Python code, run
+    twice per acquire. An entry whose hold was collected (released, or its
+    handles dropped) stays until its key is used again or the registry grows
+    past ``prune_at``."""
 
-    __slots__ = ("handles", "held", "pid")
+    __slots__ = ("handles", "held", "pid", "prune_at")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
-        self.held: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+        self.held: dict[Hashable, weakref.ref[Any]] = {}
+        self.prune_at = PRUNE_AT
         #: a task's only: the handles' per-task tables to clear when it is
         #: done (``forget_when_done``), by id, each gone with its handle
         self.handles: dict[int, weakref.ref[Any]] = {}
 
     def get(self, key: Hashable) -> _H | None:
-        found: _H | None = self.held.get(key)
+        ref = self.held.get(key)
+        if ref is None:
+            return None
+        found: _H | None = ref()
         return found if found is not None and found.active else None
 
     def put(self, key: Hashable, holding: _H) -> None:
-        self.held[key] = holding
+        held = self.held
+        if len(held) >= self.prune_at:
+            for stale in [k for k, ref in held.items() if ref() is None]:
+                del held[stale]
+            self.prune_at = max(PRUNE_AT, 2 * len(held))  # many held at once: prune less often
+        held[key] = weakref.ref(holding)
 
 
 class _ThreadRegistry(threading.local):

@@ -84,6 +84,7 @@ class Renewable(Protocol):
     renewing_lease: float | None
     active: bool
     releasing: bool
+    watch_state: int
 
     @property
     def renew_interval(self) -> float: ...

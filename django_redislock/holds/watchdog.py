@@ -45,6 +45,7 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Any
@@ -73,6 +74,13 @@ LANE_THREAD = "django-redislock-renewal"
 #: The most renewals a pass hands to the lanes, so a backlog never keeps the
 #: watchdog's lock (which every acquire takes) for long.
 PASS_LIMIT = 4096
+#: New holds waiting to be scheduled (``watch``) before the acquire that finds
+#: this many admits them itself: the queue of a hot loop stays small.
+ADMIT_BATCH = 512
+
+#: ``Holding.watch_state``: not watched; queued for admission (``watch``);
+#: scheduled, or found released when admitted (``_admit``).
+UNWATCHED, ARRIVED, SCHEDULED = 0, 1, 2
 
 
 #: One lane's work: a holding's renewal, or the report of one that never came
@@ -105,6 +113,8 @@ class Watchdog(Settling):
         self._cond = threading.Condition(self._lock)
         self._schedule = Schedule()
         self._watched = self._schedule.watched  # by id(holding)
+        #: Holds ``watch`` queued, weakly, for the scheduler to admit (``_admit``).
+        self._arrivals: deque[tuple[weakref.ref[Renewable], float]] = deque()
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
         self._lanes: dict[Hashable, _Lane] = {}
@@ -145,13 +155,24 @@ class Watchdog(Settling):
         """Renew ``holding`` from now on; its acquire called
         ``ensure_running`` first (which also notices a fork). Should the
         thread (gone idle since) fail to start again, the holding is reported
-        lost at once: a lease nothing renews must not lapse unannounced."""
+        lost at once: a lease nothing renews must not lapse unannounced.
+
+        Most holds are released long before their first renewal, a third of
+        the way into the lease, so a new hold is only queued (a ``deque``
+        append, no lock) and the scheduler admits it when it next looks
+        (``_admit``): it wakes for it only when it would otherwise look too
+        late. The scheduler sets ``_wake_at`` before it checks the queue and
+        sleeps, and this reads it after queueing: one of the two sees the other."""
         if self._dropped.pending():
             self._dropped.report()
-        entry = Entry(holding, _due(holding, time.monotonic()))
-        due = entry.due
+        holding.watch_state = ARRIVED
+        due = _due(holding, time.monotonic())
+        arrivals = self._arrivals
+        arrivals.append((weakref.ref(holding), due))
+        if due >= self._wake_at and self._thread is not None and len(arrivals) < ADMIT_BATCH:
+            return
         with self._lock:
-            self._schedule.add(entry)
+            self._admit()
             if self._thread is not None:
                 if due < self._wake_at:
                     self._cond.notify()
@@ -160,9 +181,24 @@ class Watchdog(Settling):
                 self._start()
                 return
             except LockError as exc:
-                self._schedule.remove(entry.key)
+                self._schedule.remove(id(holding))
                 failure = exc
         holding.mark_lost(str(failure))
+
+    def _admit(self) -> None:
+        """(Under the lock.) Schedule the queued holds still held; a released
+        one is dropped. A hold is marked scheduled before it is looked at,
+        and its release marks it inactive before it looks at the mark
+        (``unwatch``): one of the two sees the other."""
+        arrivals = self._arrivals
+        while arrivals:
+            ref, due = arrivals.popleft()
+            holding = ref()
+            if holding is None:
+                continue
+            holding.watch_state = SCHEDULED
+            if holding.active:
+                self._schedule.add(Entry(holding, due))
 
     def report_lost(self, kind: str, name: str, holder: str, held: float, reason: str) -> None:
         """Log a lost lease (``Holding.mark_lost``), summarised with others
@@ -176,10 +212,10 @@ class Watchdog(Settling):
                 elif self.losses.due() < self._wake_at:
                     self._cond.notify()
 
-    def dropped(self, holding: object, report: Report) -> None:
+    def dropped(self, holding: Renewable, report: Report) -> None:
         """``holding`` is being freed (``Holding.__del__``): if it was still
         renewed here, queue its report (``holds/dropped.py``; takes no lock)."""
-        if id(holding) in self._watched:
+        if holding.active and (holding.watch_state == ARRIVED or id(holding) in self._watched):
             self._dropped.put(report)
 
     def reschedule(self, holding: Renewable) -> None:
@@ -188,6 +224,7 @@ class Watchdog(Settling):
         again at when that one is overdue (the lease end may have moved)."""
         due = _due(holding, time.monotonic())
         with self._lock:
+            self._admit()
             entry = self._watched.get(id(holding))
             if entry is None or entry.ref() is not holding:
                 return
@@ -200,12 +237,18 @@ class Watchdog(Settling):
                 self._cond.notify()
 
     def unwatch(self, holding: Renewable) -> None:
+        """Renew ``holding`` no more. A released hold still queued costs no
+        lock: the scheduler drops it when it admits it (``_admit``)."""
+        if holding.watch_state == ARRIVED and not holding.active:
+            return
         with self._lock:
+            self._admit()
             self._schedule.remove(id(holding))
 
     def watching(self) -> int:
         """How many holdings are renewed (a dropped one no more, even before the next pass)."""
         with self._lock:
+            self._admit()
             return sum(1 for entry in self._watched.values() if entry.ref() is not None)
 
     def lag(self) -> float:
@@ -213,6 +256,7 @@ class Watchdog(Settling):
         the scheduler, or in the last batch sent (0 when none is late)."""
         now = time.monotonic()
         with self._lock:
+            self._admit()
             oldest = [queue.jobs[0][1].due for queue in self._lanes.values() if queue.jobs]
             due = self._schedule.oldest_due()
         if due is not None:
@@ -224,6 +268,7 @@ class Watchdog(Settling):
         second; scans every hold (``Lag`` asks only when its state changes)."""
         now = time.monotonic()
         with self._lock:
+            self._admit()
             return self._schedule.census(now)
 
     def _run(self) -> None:
@@ -250,6 +295,7 @@ class Watchdog(Settling):
             self._dropped.report()
         self.losses.flush()
         with self._cond:
+            self._admit()
             now = time.monotonic()
             if self._watched:
                 idle_since.clear()
@@ -272,10 +318,14 @@ class Watchdog(Settling):
         idle_since[:] = idle_since or [now]
         if now - idle_since[0] < IDLE_EXIT:
             self._wake_at = min(idle_since[0] + IDLE_EXIT, self.losses.due())
-            self._cond.wait(max(self._wake_at - now, 0.0))
+            if not self._arrivals:  # one queued since the pass began: admit it first
+                self._cond.wait(max(self._wake_at - now, 0.0))
             return True
         self._thread = None
         self._wake_at = float("inf")
+        if self._arrivals:  # queued by a watch that saw this thread still there
+            self._thread = threading.current_thread()
+            return True
         return False
 
     def _due_or_wait(self, now: float) -> dict[Hashable, list[_Job]]:
@@ -284,7 +334,7 @@ class Watchdog(Settling):
         due_now, earliest = self._take_due(now)
         if not due_now:
             self._wake_at = min(earliest, self.losses.due())
-            if self._wake_at != float("inf"):
+            if self._wake_at != float("inf") and not self._arrivals:  # as in _idle
                 self._cond.wait(max(self._wake_at - now, 0.0))
         return due_now
 

@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from os import getpid as current_pid
 from typing import Any
 
 from django_redislock import signals
@@ -59,6 +60,8 @@ def bucket(waited_ms: float) -> int:
 FIELDS = (*COUNTERS, *(f"w{i}" for i in range(len(WAIT_BUCKETS_MS) + 1)))
 _ACQUIRED, _WAITS, _TIMEOUTS, _LOST, _WAIT_MS = range(len(COUNTERS))
 _HISTOGRAM = len(COUNTERS)
+#: What an acquire that did not wait adds (the first bucket: under 1 ms).
+_UNWAITED = ((_ACQUIRED, 1), (_HISTOGRAM, 1))
 
 
 class Recorder(BackgroundWriter):
@@ -92,7 +95,8 @@ class Recorder(BackgroundWriter):
         if not get_settings().stats:
             return
         key = (int(self._clock() // 60), name)
-        self._forked()
+        if self._life.pid != current_pid():
+            self._forked()
         with self._lock:
             entry = self._tally.get(key)
             if entry is None:
@@ -111,8 +115,8 @@ class Recorder(BackgroundWriter):
 
     def acquired(self, sender: Any, name: str, waited: float = 0.0, **_: Any) -> None:
         waited_ms = waited * 1000 if waited > 0 else 0.0
-        if waited_ms < 1:
-            self._record(name, ((_ACQUIRED, 1), (_HISTOGRAM + bucket(waited_ms), 1)))
+        if waited_ms < 1:  # most acquires: the lock was free
+            self._record(name, _UNWAITED)
         else:
             self._record(
                 name,

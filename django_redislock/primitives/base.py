@@ -63,6 +63,7 @@ class Resolved:
         "chunk",
         "client",
         "generation",
+        "hold_key",
         "keys",
         "lease",
         "lease_ms",
@@ -80,6 +81,8 @@ class Resolved:
         self.alias = primitive.using or settings.cache
         self.client, self.chunk = primitive._client_and_chunk(settings)
         self.keys, self.sigprefix = primitive._key_set(primitive._prefix(settings))
+        #: What a holder's registry knows a hold of it by (``Handle._hold_key``).
+        self.hold_key = (self.alias, self.keys[0])
         # Bytes go to the wire as they are; a str would be encoded on every call.
         self.wire_keys = [k.encode() for k in self.keys]
         self.wire_sigprefix = self.sigprefix.encode()

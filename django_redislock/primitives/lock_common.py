@@ -219,7 +219,7 @@ class LockBase(Handle, Primitive):
         if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
-        hold_key = self._hold_key(resolved.alias, resolved.keys[0])
+        hold_key = resolved.hold_key  # self._hold_key(...), built once
         holding = self._reentry(hold_key)
         begun = time.monotonic()
         deadline = None if budget is None else begun + budget

@@ -309,6 +309,8 @@ class _Renewable:
 
     renew_interval = 0.0
     batch_client = None
+    active = True
+    watch_state = 0  # the watchdog's (Holding.watch_state)
 
     def __init__(
         self,
@@ -591,6 +593,8 @@ def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
         lease_deadline = time.monotonic() + 30
         renew_interval = 10.0
         lane = "server"
+        active = True
+        watch_state = 0
 
         def renew(self) -> bool:
             return True
