@@ -103,13 +103,17 @@ def _send(signal: Signal, sender: type, **kwargs: Any) -> None:
             )
 
 
-def announce_acquired(primitive: Any, waited: float, fencing_token: int | None) -> None:
+def announce_acquired(
+    primitive: Any, waited: float, fencing_token: int | None, *, counted: bool = False
+) -> None:
     """``lock_acquired`` for ``primitive`` (anything with a ``name`` and a
     ``kind``); its keyword arguments are built only when someone listens.
 
     Sent on every acquire, so the app's own receivers (``tap``) are called
-    here directly, each with its keywords once, rather than through ``notify``."""
-    taps = _TAPS.get(lock_acquired)
+    here directly, each with its keywords once, rather than through ``notify``;
+    ``counted``: not at all, the acquire having been counted for them already
+    (``holds/counters.acquired_at_once``, which feeds the per-minute history)."""
+    taps = None if counted else _TAPS.get(lock_acquired)
     if taps is not None:
         sender, name, kind = type(primitive), primitive.name, primitive.kind
         for tapped in taps:

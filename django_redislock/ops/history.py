@@ -106,6 +106,34 @@ class Recorder(BackgroundWriter):
             if self._thread is None and self.background:
                 self._start()
 
+    def add_unwaited(self, counts: dict[str, int]) -> None:
+        """Acquires that did not wait, by name, counted with the counters
+        (``counters.acquired_at_once``) and handed over at their flush: in
+        the minute of the hand-over, at most a flush (a second) after the
+        acquire."""
+        key_minute = int(self._clock() // 60)
+        if self._life.pid != current_pid():
+            self._forked()
+        with self._lock:
+            tally = self._tally
+            for name, n in counts.items():
+                entry = tally.get((key_minute, name))
+                if entry is None:
+                    entry = tally[(key_minute, name)] = [0] * len(FIELDS)
+                entry[_ACQUIRED] += n
+                entry[_HISTOGRAM] += n
+            if self._thread is None and self.background:
+                self._start()
+
+    def flush(self, *, last: bool = False) -> None:
+        """Write what is tallied, with what the counters hold for the history."""
+        if self._tapped():
+            counters.TALLY.hand_over()
+        super().flush(last=last)
+
+    def _tapped(self) -> bool:
+        return counters.TALLY.on_unwaited == self.add_unwaited
+
     def stop(self) -> None:
         """Write what is tallied and let the thread end (a newer recorder
         replaces this one: ``install``)."""
@@ -210,6 +238,7 @@ def install() -> Recorder:
     recorder = Recorder(_connect)
     for signal, receiver in _receivers(recorder):
         signals.tap(signal, receiver)  # directly: see signals._TAPS
+    counters.TALLY.on_unwaited = recorder.add_unwaited
     return recorder
 
 

@@ -327,10 +327,13 @@ class LockBase(Handle, Primitive):
         self._took(hold_key, holding)
         if resolved.auto_renew:
             watchdog.watch(holding)
-        if resolved.stats_key is not None:
-            ttl_ms = resolved.settings.stats_ttl_ms
-            counters.acquired(resolved.client, resolved.stats_key, ttl_ms, 0.0)
-        signals.announce_acquired(self, 0.0, None)
+        stats_key = resolved.stats_key
+        if stats_key is None:
+            signals.announce_acquired(self, 0.0, None)
+            return
+        ttl_ms = resolved.settings.stats_ttl_ms
+        counters.acquired_at_once(resolved.client, stats_key, ttl_ms, self.name)
+        signals.announce_acquired(self, 0.0, None, counted=True)
 
     def _held(
         self,

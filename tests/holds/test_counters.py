@@ -109,6 +109,7 @@ def tally(monkeypatch: pytest.MonkeyPatch) -> counters.Tally:
     """A tally of this test's own, written only when the test flushes it."""
     own = counters.Tally(background=False)
     monkeypatch.setattr("django_redislock.holds.counters.acquired", own.acquired)
+    monkeypatch.setattr("django_redislock.holds.counters.acquired_at_once", own.acquired_at_once)
     monkeypatch.setattr("django_redislock.holds.counters.flush", own.flush)
     return own
 

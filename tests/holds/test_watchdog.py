@@ -606,3 +606,53 @@ def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
     watchdog.watch(held)
     assert reasons and "could not start the thread that renews leases" in reasons[0]
     assert watchdog.watching() == 0
+
+
+def test_holds_released_before_their_renewal_never_reach_the_schedule() -> None:
+    """A new hold is queued without the watchdog's lock (``watch``) and one
+    released before the scheduler looks is dropped when it does: a hot
+    acquire/release loop neither wakes the scheduler nor grows its heap."""
+    with watchdog._lock:
+        heap_before = len(watchdog._schedule.heap)
+    for _ in range(3 * watchdog_module.ADMIT_BATCH):
+        with Lock("hot-loop"):
+            pass
+    assert len(watchdog._arrivals) < watchdog_module.ADMIT_BATCH
+    with watchdog._lock:
+        # scheduled, each would have left an item (1,536); a few are, while
+        # the scheduler's thread starts
+        assert len(watchdog._schedule.heap) <= heap_before + 16
+    with watchdog._lock:
+        watchdog._admit()
+        assert not watchdog._arrivals
+        assert all(
+            entry.ref() is None or not entry.ref().active for entry in watchdog._watched.values()
+        )
+
+
+def test_a_hold_taken_while_the_scheduler_sleeps_long_is_renewed_in_time() -> None:
+    """The scheduler sleeps until the earliest renewal it knows of; a new
+    hold due sooner wakes it, though it was only queued."""
+    with Lock("long-lease", timeout=60):  # the scheduler now sleeps ~20 s
+        with Lock("short-lease", timeout=0.5) as short:
+            for _ in range(4):  # twice its lease: renewed, or lost
+                time.sleep(0.25)  # the subject: time passing with the lease running
+                assert short.owned()
+
+
+def test_a_hold_queued_as_the_scheduler_goes_idle_is_still_renewed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scheduler leaves after ``IDLE_EXIT`` with nothing to renew; a hold
+    queued just then must not be left to a thread that is leaving (it marks
+    itself gone, then looks at the queue once more, and ``watch`` looks at
+    the thread after queueing)."""
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.01)
+    with capture(lock_signals.lock_lost) as lost:
+        for i in range(8):
+            if i % 2:
+                wait_idle()
+            with Lock(f"idle-race:{i}", timeout=0.5) as lock:
+                time.sleep(0.7)  # past the lease: only renewals keep it
+                assert lock.owned()
+    assert not lost

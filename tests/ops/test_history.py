@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_redislock import Lock, signals
+from django_redislock import Lock, Semaphore, signals
+from django_redislock.holds import counters
 from django_redislock.holds import writer as background
 from django_redislock.ops import history as hot
 from tests.support.threads import refuse_threads
@@ -114,9 +115,13 @@ def test_installing_again_replaces_the_recorder(redis_client: redis.Redis) -> No
         newer = hot.install()
         assert hot._installed() == {newer}
         assert sum(1 for r in signals.tapped(signals.lock_acquired) if r == newer.acquired) == 1
-        with Lock("installed-twice"):
+        assert counters.TALLY.on_unwaited == newer.add_unwaited
+        with Lock("installed-twice"):  # counted with the counters, handed over at their flush
             pass
-        assert sum(c[0] for c in newer._tally.values()) == 1
+        with Semaphore("installed-twice", 2):  # through lock_acquired
+            pass
+        counters.TALLY.hand_over()
+        assert sum(c[0] for c in newer._tally.values()) == 2
         assert all(not old._tally for old in before)
     finally:
         newer.stop()
@@ -125,6 +130,7 @@ def test_installing_again_replaces_the_recorder(redis_client: redis.Redis) -> No
         for old in before:  # the app's own again, as the other tests expect
             for signal, receiver in hot._receivers(old):
                 signals.tap(signal, receiver)
+            counters.TALLY.on_unwaited = old.add_unwaited
 
 
 def test_a_hung_redis_holds_the_flush_up_for_the_write_timeout_only(
@@ -214,3 +220,49 @@ def test_ranking_over_a_window_with_hourly_series(redis_client: redis.Redis) -> 
     assert new.acquired[-1] == 1
     assert new.p50_ms[-1] == 10
     assert new.p95_ms[:-1] == [None] * 59
+
+
+def test_an_acquire_that_did_not_wait_reaches_the_history_through_the_counters(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An uncontended Lock acquire is counted once, with the counters
+    (``counters.acquired_at_once``): no ``lock_acquired`` tap runs for it,
+    and the history gets it at the counters' hand-over, in that minute."""
+    clock = Clock(6000.0)  # minute 100
+    rec = recorder(redis_client, clock)
+    tally = counters.Tally(background=False)
+    tally.on_unwaited = rec.add_unwaited
+    monkeypatch.setattr("django_redislock.holds.counters.acquired_at_once", tally.acquired_at_once)
+    tapped: list[str] = []
+    signals.tap(signals.lock_acquired, lambda **kw: tapped.append(kw["name"]))
+    try:
+        for _ in range(3):
+            with Lock("sku:free"):
+                pass
+    finally:
+        signals.untap(signals.lock_acquired, signals.tapped(signals.lock_acquired)[-1])
+    assert tapped == []
+    assert not rec._tally  # nothing until the hand-over
+    tally.flush()  # the counters' flush hands the history its count
+    rec.flush()
+    fields = {
+        k.decode(): int(v)
+        for k, v in redis_client.hgetall(hot.minute_key("redislock", 100)).items()
+    }
+    assert fields == {"sku:free\x1facquired": 3, "sku:free\x1fw0": 3}
+
+
+def test_a_failing_history_never_stops_the_counters(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    tally = counters.Tally(background=False)
+
+    def broken(counts: dict[str, int]) -> None:
+        raise RuntimeError("history down")
+
+    tally.on_unwaited = broken
+    client = redis_client
+    tally.acquired_at_once(client, b"redislock:{sku:x}:stats", 60_000, "sku:x")
+    tally.flush()
+    assert redis_client.hget("redislock:{sku:x}:stats", "acquired") == b"1"
+    assert "Could not hand the lock history its counts" in caplog.text
