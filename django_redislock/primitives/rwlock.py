@@ -22,8 +22,10 @@ from django_redislock.backend.scripts import RWLOCK_ACQUIRE
 from django_redislock.backend.values import HolderInfo
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockTimeout
+from django_redislock.primitives.async_permits import AsyncPermitPrimitive
 from django_redislock.primitives.base import Primitive
-from django_redislock.primitives.permits import AsyncPermitPrimitive, PermitBase, PermitPrimitive
+from django_redislock.primitives.permits import PermitBase
+from django_redislock.primitives.sync_permits import PermitPrimitive
 
 _PARTS = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
 

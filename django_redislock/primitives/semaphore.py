@@ -18,11 +18,9 @@ from __future__ import annotations
 
 from django_redislock.backend.scripts import SEMAPHORE_ACQUIRE
 from django_redislock.engine.steps import LIMIT_MISMATCH
-from django_redislock.primitives.permits import (
-    AsyncPermitPrimitive,
-    PermitBase,
-    PermitPrimitive,
-)
+from django_redislock.primitives.async_permits import AsyncPermitPrimitive
+from django_redislock.primitives.permits import PermitBase
+from django_redislock.primitives.sync_permits import PermitPrimitive
 from django_redislock.validation import fixed
 
 #: The largest limit: Lua's numbers are doubles, exact up to 2**53; past it two
