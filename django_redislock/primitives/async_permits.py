@@ -48,6 +48,34 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
             stack = self._stacks[task] = []
         return stack
 
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of this task's latest permit (``None`` when none).
+
+        As ``Semaphore.fencing_token``. When the token is not taken yet (no
+        ``fencing=True``), this property takes it with one *blocking* round
+        trip on the cache's synchronous client: in a coroutine, ``await
+        sem.get_fencing_token()`` instead, which does not block the event loop.
+        """
+        holding = self._latest()
+        if holding is None:
+            return None
+        if holding.fencing_token:
+            return holding.fencing_token
+        return drivers.run(self._fence_steps(holding), holding.client)
+
+    async def get_fencing_token(self) -> int | None:
+        """``fencing_token``, awaited: taken (when it is not yet) without
+        blocking the event loop. ``None`` when this task holds no permit;
+        ``LockLostError`` when its permit is found gone."""
+        holding = self._latest()
+        if holding is None:
+            return None
+        if holding.fencing_token:
+            return holding.fencing_token
+        steps = self._fence_steps(holding)
+        return await drivers.run_async(steps, AsyncConnection(holding.client))
+
     async def acquire(
         self, blocking: bool | None = None, blocking_timeout: float | None = None
     ) -> bool:

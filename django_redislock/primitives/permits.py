@@ -22,6 +22,7 @@ from django_redislock.backend.scripts import (
     PERMIT_CANCEL,
     PERMIT_DESCRIBE,
     PERMIT_EXTEND,
+    PERMIT_FENCE,
     PERMIT_RELEASE,
     Script,
 )
@@ -43,6 +44,7 @@ from django_redislock.primitives.base import (
     Primitive,
     Resolved,
 )
+from django_redislock.validation import check_bool
 
 
 @dataclass(slots=True)
@@ -69,13 +71,19 @@ class _Attempt:
     token: str
     #: ``<limit>:<since_ms>:<holder>``, the holder's member after ``<token>:<fence>:``.
     tail: str
+    #: Whether the acquire takes the fencing token (else its first use does).
+    fenced: bool
 
     def call(self, script: Script) -> Call:
-        """The acquire: who (``<token>:<tail>``, the member without its fence),
-        lease_ms, wait_ms."""
+        """The acquire: the member with no fencing token (``<token>:0:<tail>``),
+        lease_ms, wait_ms, and whether to take the token now."""
         plan = self.plan
-        who = f"{self.token}:{self.tail}"
-        args = script.args_of(who=who, lease_ms=plan.lease_ms, wait_ms=plan.wait_ms)
+        args = script.args_of(
+            member=f"{self.token}:0:{self.tail}",
+            lease_ms=plan.lease_ms,
+            wait_ms=plan.wait_ms,
+            fenced=1 if self.fenced else 0,
+        )
         return Call(script, self.resolved.keys_for(script), args)
 
     def cancel(self) -> Call:
@@ -95,9 +103,14 @@ class PermitBase(Primitive):
     ``backend/scripts/_permits.lua``), the fencing counter, the wait queue and its
     deadlines (``roles``: the names the scripts' specs give them). Subclasses
     name their parts and scripts; the acquire script answers ``{1, fence}`` (or
-    the bare fence) or ``{0, retry hint}`` (or a subclass-specific status, see
-    ``permit_reply``), the release script ``1`` (released) or ``0`` (the lease
-    was already gone). The sync and async APIs share everything but the I/O.
+    the bare fence; 0 when none was taken) or ``{0, retry hint}`` (or a
+    subclass-specific status, see ``permit_reply``), the release script ``1``
+    (released) or ``0`` (the lease was already gone). The sync and async APIs
+    share everything but the I/O.
+
+    The fencing token costs nothing unless used: an acquire takes it only
+    when the handle was built with ``fencing=True``; otherwise its first use
+    takes it (``_fence_steps``, one owner-checked round trip).
     """
 
     roles = ("holders", "fence", "queue", "deadlines")
@@ -105,6 +118,10 @@ class PermitBase(Primitive):
     release_script: Script = PERMIT_RELEASE
     #: First character of every token, when the scripts need to see the mode.
     token_mode = ""
+
+    def __init__(self, name: str, *, fencing: bool = False, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
 
     def _member_limit(self) -> int:
         """Carried by every holder's member: a Semaphore's limit; 0 when unused."""
@@ -123,11 +140,36 @@ class PermitBase(Primitive):
         stack = self._stack()
         return stack[-1] if stack else None
 
-    @property
-    def fencing_token(self) -> int | None:
-        """The fencing token of this holder's latest permit (``None`` when none)."""
-        latest = self._latest()
-        return latest.fencing_token if latest else None
+    def _fence_steps(self, holding: Holding) -> Generator[Step, Any, int]:
+        """The fencing token of ``holding``, taken now when it has none yet
+        (``backend/scripts/permit_fence.lua``: one owner-checked round trip,
+        which writes the token into the permit's member, so the holding's
+        member changes with it); ``LockLostError`` when the permit is gone,
+        or was found lost before."""
+        if holding.fencing_token:
+            return holding.fencing_token
+        if holding.lost is not None:
+            raise self._lost(holding)
+        holders = holding.keys[0]
+        fence_key = self._sibling_key(holders, self.parts[1])
+        call = Call(PERMIT_FENCE, (holders, fence_key), (holding.token,))
+        fence = int((yield from protocol.single(call, self.name)))
+        if not fence:
+            holding.mark_lost("the lease was gone when its fencing token was taken")
+            raise self._lost(holding)
+        token, _, tail = holding.token.split(":", 2)
+        holding.token = member = f"{token}:{fence}:{tail}"  # renewals send it from now on
+        holding.release_args = self.release_script.args_of(member=member)
+        holding.fencing_token = fence
+        return fence
+
+    def _sibling_key(self, holders: str | bytes, part: str) -> str | bytes:
+        """The key of ``part`` beside the holder ZSET ``holders`` (under the
+        prefix the permit was taken with, whatever the settings say now)."""
+        cut = len(holders) - len(self.parts[0])
+        if isinstance(holders, bytes):
+            return holders[:cut] + part.encode()
+        return holders[:cut] + part
 
     def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
         resolved = self._resolve()
@@ -144,6 +186,7 @@ class PermitBase(Primitive):
             begun,
             self.token_mode + new_token(),
             f"{plan.limit}:{since}:{holder}",
+            self._fencing,
         )
 
     def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
@@ -197,7 +240,7 @@ class PermitBase(Primitive):
             client=resolved.client,
             lease=resolved.lease,
             started=started,
-            fencing_token=value,
+            fencing_token=value,  # 0: taken on first use (_fence_steps)
             renew_script=PERMIT_EXTEND,
             renew_keys=resolved.keys_for(PERMIT_EXTEND),
             keys=resolved.keys_for(self.release_script),
@@ -208,7 +251,7 @@ class PermitBase(Primitive):
         if resolved.auto_renew:
             watchdog.watch(holding)
         # only time spent in line is a wait (see ``Lock``)
-        signals.announce_acquired(self, started - attempt.begun if waited else 0.0, value)
+        signals.announce_acquired(self, started - attempt.begun if waited else 0.0, value or None)
         return HELD_RESULT
 
     @staticmethod

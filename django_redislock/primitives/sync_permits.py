@@ -34,6 +34,23 @@ class PermitPrimitive(PermitBase, Guarded):
             stack = self._local.stack = []  # new thread, or inherited through fork()
         return stack
 
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of this holder's latest permit (``None`` when none).
+
+        Larger than every token given out earlier for the name. Taken on
+        first use, by one owner-checked round trip, unless the handle was
+        built with ``fencing=True`` (then the acquire took it); read again,
+        the same token, with no round trip. Raises ``LockLostError`` when the
+        permit is found gone: a lost permit gets no token.
+        """
+        holding = self._latest()
+        if holding is None:
+            return None
+        if holding.fencing_token:
+            return holding.fencing_token
+        return drivers.run(self._fence_steps(holding), holding.client)
+
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take a permit; ``False`` when none could be had in time.
 
