@@ -1,7 +1,7 @@
 """Semaphore acquire+release cycles per second, against two peers, in one run.
 
 - ``Semaphore``: this library (one EVALSHA to acquire, one to release,
-  server-clock leases, fair queue, fencing token, watchdog registration),
+  server-clock leases, fair queue, fencing token on use, watchdog registration),
   one object reused for every cycle;
 - ``Sem/use``: the same with a new ``Semaphore`` per cycle, as a view writes
   ``with Semaphore("exports", 5, timeout=30, blocking_timeout=5):``;

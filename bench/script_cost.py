@@ -36,10 +36,12 @@ time counts, never the client's. Two groups, each against its own floor:
     ``semaphore_acquire.lua``'s fast path (``EXISTS`` on holders and queue,
     ``INCR``, ``PTTL``, ``ZADD``, ``PEXPIRE``) and a release script making only
     its two (``ZSCORE``, ``DEL``);
-  - ``Semaphore``: ``semaphore_acquire.lua`` and ``permit_release.lua``.
+  - ``Semaphore``: ``semaphore_acquire.lua`` (its fencing token left to
+    first use, as a ``Semaphore`` acquires by default) and ``permit_release.lua``;
+  - ``Semaphore, fencing=True``: the same, the acquire taking the token.
 
-  A release names its permit by its fencing token, in the same pipeline as
-  the acquire, so both fenced contenders start each block with the fence
+  A fenced release names its permit by its fencing token, in the same pipeline as
+  the acquire, so the fenced contenders start each block with the fence
   counter ahead of the clock (``FENCE_BASE``), with the ``TTL`` of a counter
   just moved up to it: their tokens are then the counter's, known in advance.
   The ``TIME`` and ``SET`` that move the counter up to the clock, at most once
@@ -157,12 +159,14 @@ def _nothing(client: Any) -> None:
 class Contender:
     """``cycle(pipe, i)`` queues the ``i``-th acquire+release of a block;
     ``sends``: the commands it sends per cycle, by name; ``freed``: what its
-    release answers when it lets go; ``prepare(client)`` runs before each block."""
+    release answers when it lets go; ``prepare(client)`` runs before each block;
+    ``held(reply)``: whether its acquire's reply is a grant."""
 
     cycle: Callable[[Any, int], None]
     sends: dict[str, int]
     freed: int
     prepare: Callable[[Any], None] = _nothing
+    held: Callable[[Any], bool] = bool
 
 
 def functions_library(bodies: dict[str, str]) -> str:
@@ -281,15 +285,26 @@ def semaphore_contenders(client: Any) -> dict[str, Contender]:
         pipe.evalsha(sha[LEAST_PERMIT_ACQUIRE], 3, *least[:3], token, lease_ms)
         pipe.evalsha(sha[LEAST_PERMIT_RELEASE], 1, least[0], f"{token}:{FENCE_BASE + i + 1}")
 
-    acquire_args = SEMAPHORE_ACQUIRE.args_of(who=f"{token}:{tail}", lease_ms=lease_ms, wait_ms=6000)
+    member = f"{token}:0:{tail}"  # what an unfenced acquire writes
+
+    def acquire_args(fenced: int) -> list[Any]:
+        return SEMAPHORE_ACQUIRE.args_of(
+            member=member, lease_ms=lease_ms, wait_ms=6000, fenced=fenced
+        )
+
+    unfenced_args, fenced_args = acquire_args(0), acquire_args(1)
     release_keys = PERMIT_RELEASE.keys_of(
         dict(zip(("holders", "fence", "queue", "deadlines"), ours, strict=True))
     )
 
     def semaphore(pipe: Any, i: int) -> None:
-        pipe.evalsha(SEMAPHORE_ACQUIRE.sha, 4, *ours, *acquire_args)
-        member = f"{token}:{FENCE_BASE + i + 1}:{tail}"
+        pipe.evalsha(SEMAPHORE_ACQUIRE.sha, 4, *ours, *unfenced_args)
         pipe.evalsha(PERMIT_RELEASE.sha, len(release_keys), *release_keys, member)
+
+    def semaphore_fenced(pipe: Any, i: int) -> None:
+        pipe.evalsha(SEMAPHORE_ACQUIRE.sha, 4, *ours, *fenced_args)
+        fenced_member = f"{token}:{FENCE_BASE + i + 1}:{tail}"
+        pipe.evalsha(PERMIT_RELEASE.sha, len(release_keys), *release_keys, fenced_member)
 
     client.script_load(SEMAPHORE_ACQUIRE.text)
     client.script_load(PERMIT_RELEASE.text)
@@ -298,7 +313,11 @@ def semaphore_contenders(client: Any) -> dict[str, Contender]:
         "raw ZADD/ZREM": Contender(raw, {"zadd": 1, "zrem": 1}, 1),
         "least scripted": Contender(bare_scripts, {"evalsha": 2}, 1),
         "least fair fenced": Contender(least_fenced, {"evalsha": 2}, 1, fence_at_base(least[1])),
-        "Semaphore": Contender(semaphore, {"evalsha": 2}, 1, fence_at_base(ours[1])),
+        # an unfenced grant's reply is its fencing token: 0, none taken
+        "Semaphore": Contender(semaphore, {"evalsha": 2}, 1, held=lambda reply: reply == 0),
+        "Semaphore, fencing=True": Contender(
+            semaphore_fenced, {"evalsha": 2}, 1, fence_at_base(ours[1])
+        ),
     }
 
 
@@ -337,7 +356,8 @@ def measure(
                 for i in range(cycles):
                     contender.cycle(sequential, i)
                 replies = sequential.replies
-            if not (all(replies[::2]) and set(replies[1::2]) == {contender.freed}):
+            held = all(contender.held(reply) for reply in replies[::2])
+            if not (held and set(replies[1::2]) == {contender.freed}):
                 raise RuntimeError(f"{name}: a cycle left its fast path: {replies[:4]}")
             spent = RedisTime()
             sends = contender.sends

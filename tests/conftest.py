@@ -140,6 +140,7 @@ BOTH_RESPONSE_MODES = frozenset(
         "test_inspection",
         "test_lock",
         "test_multilock",
+        "test_permit_fencing",
         "test_rwlock",
         "test_semaphore",
         "test_signals",

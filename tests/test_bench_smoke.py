@@ -112,7 +112,8 @@ def test_script_cost_probe_runs_every_contender_on_its_fast_path(mode: str) -> N
         *shared, "Lock", "Lock, fencing=True", "Lock, fencing=True (FCALL)"
     ]  # fmt: skip
     assert list(groups["Semaphore"]) == [
-        "floor", "raw ZADD/ZREM", "least scripted", "least fair fenced", "Semaphore"
+        "floor", "raw ZADD/ZREM", "least scripted", "least fair fenced", "Semaphore",
+        "Semaphore, fencing=True",
     ]  # fmt: skip
     for contenders in groups.values():
         assert contenders["floor"]["min_x_floor"] == pytest.approx(1.0)

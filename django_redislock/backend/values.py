@@ -96,7 +96,7 @@ def parse_holders(reply: list[Any], mode_from_token: bool = False) -> list[Holde
                 token=token,
                 holder=holder,
                 ttl=int(reply[i + 1]) / 1000.0,
-                fencing_token=number(fence),
+                fencing_token=number(fence) or None,  # 0: not taken yet (taken on use)
                 mode=mode,
             )
         )

@@ -4,34 +4,30 @@ A permit is one holder's claim on a ``Semaphore`` or a ``ReadWriteLock``
 side: its own token, lease and fencing token, a member of the primitive's
 holder ZSET (see ``backend/scripts/_permits.lua``). The sync and async APIs share
 everything but the I/O: the acquire is ``PermitBase._acquire_steps``, run by
-the drivers (``engine/steps.py``, ``engine/drivers.py``). Each acquire takes a permit of
-its own, as ``threading.Semaphore`` does; a permit belongs to the handle (in
-its thread or task) that took it.
+the drivers (``engine/steps.py``, ``engine/drivers.py``); the I/O is
+``sync_permits.PermitPrimitive``'s and ``async_permits.AsyncPermitPrimitive``'s.
+Each acquire takes a permit of its own, as ``threading.Semaphore`` does; a
+permit belongs to the handle (in its thread or task) that took it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
-import weakref
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from django_redislock import signals
-from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import (
     PERMIT_CANCEL,
     PERMIT_DESCRIBE,
     PERMIT_EXTEND,
+    PERMIT_FENCE,
     PERMIT_RELEASE,
     Script,
 )
-from django_redislock.backend.values import HolderInfo, parse_holders
-from django_redislock.engine import drivers
+from django_redislock.backend.values import HolderInfo
 from django_redislock.engine import steps as protocol
-from django_redislock.engine.drivers import AsyncConnection
 from django_redislock.engine.steps import (
     HELD,
     HELD_RESULT,
@@ -41,17 +37,14 @@ from django_redislock.engine.steps import (
     Step,
     permit_reply,
 )
-from django_redislock.exceptions import LockBackendError
-from django_redislock.holds.holding import Holding, current_pid, holder_description, new_token
-from django_redislock.holds.registry import forget_when_done
+from django_redislock.holds.holding import Holding, holder_description, new_token
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.primitives.base import (
     WAITER_GRACE_MS,
-    AsyncPrimitive,
     Primitive,
     Resolved,
 )
-from django_redislock.primitives.guarded import Guarded
+from django_redislock.validation import check_bool
 
 
 @dataclass(slots=True)
@@ -78,13 +71,19 @@ class _Attempt:
     token: str
     #: ``<limit>:<since_ms>:<holder>``, the holder's member after ``<token>:<fence>:``.
     tail: str
+    #: Whether the acquire takes the fencing token (else its first use does).
+    fenced: bool
 
     def call(self, script: Script) -> Call:
-        """The acquire: who (``<token>:<tail>``, the member without its fence),
-        lease_ms, wait_ms."""
+        """The acquire: the member with no fencing token (``<token>:0:<tail>``),
+        lease_ms, wait_ms, and whether to take the token now."""
         plan = self.plan
-        who = f"{self.token}:{self.tail}"
-        args = script.args_of(who=who, lease_ms=plan.lease_ms, wait_ms=plan.wait_ms)
+        args = script.args_of(
+            member=f"{self.token}:0:{self.tail}",
+            lease_ms=plan.lease_ms,
+            wait_ms=plan.wait_ms,
+            fenced=1 if self.fenced else 0,
+        )
         return Call(script, self.resolved.keys_for(script), args)
 
     def cancel(self) -> Call:
@@ -104,9 +103,14 @@ class PermitBase(Primitive):
     ``backend/scripts/_permits.lua``), the fencing counter, the wait queue and its
     deadlines (``roles``: the names the scripts' specs give them). Subclasses
     name their parts and scripts; the acquire script answers ``{1, fence}`` (or
-    the bare fence) or ``{0, retry hint}`` (or a subclass-specific status, see
-    ``permit_reply``), the release script ``1`` (released) or ``0`` (the lease
-    was already gone). The sync and async APIs share everything but the I/O.
+    the bare fence; 0 when none was taken) or ``{0, retry hint}`` (or a
+    subclass-specific status, see ``permit_reply``), the release script ``1``
+    (released) or ``0`` (the lease was already gone). The sync and async APIs
+    share everything but the I/O.
+
+    The fencing token costs nothing unless used: an acquire takes it only
+    when the handle was built with ``fencing=True``; otherwise its first use
+    takes it (``_fence_steps``, one owner-checked round trip).
     """
 
     roles = ("holders", "fence", "queue", "deadlines")
@@ -114,6 +118,10 @@ class PermitBase(Primitive):
     release_script: Script = PERMIT_RELEASE
     #: First character of every token, when the scripts need to see the mode.
     token_mode = ""
+
+    def __init__(self, name: str, *, fencing: bool = False, **options: Any) -> None:
+        super().__init__(name, **options)
+        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
 
     def _member_limit(self) -> int:
         """Carried by every holder's member: a Semaphore's limit; 0 when unused."""
@@ -132,11 +140,36 @@ class PermitBase(Primitive):
         stack = self._stack()
         return stack[-1] if stack else None
 
-    @property
-    def fencing_token(self) -> int | None:
-        """The fencing token of this holder's latest permit (``None`` when none)."""
-        latest = self._latest()
-        return latest.fencing_token if latest else None
+    def _fence_steps(self, holding: Holding) -> Generator[Step, Any, int]:
+        """The fencing token of ``holding``, taken now when it has none yet
+        (``backend/scripts/permit_fence.lua``: one owner-checked round trip,
+        which writes the token into the permit's member, so the holding's
+        member changes with it); ``LockLostError`` when the permit is gone,
+        or was found lost before."""
+        if holding.fencing_token:
+            return holding.fencing_token
+        if holding.lost is not None:
+            raise self._lost(holding)
+        holders = holding.keys[0]
+        fence_key = self._sibling_key(holders, self.parts[1])
+        call = Call(PERMIT_FENCE, (holders, fence_key), (holding.token,))
+        fence = int((yield from protocol.single(call, self.name)))
+        if not fence:
+            holding.mark_lost("the lease was gone when its fencing token was taken")
+            raise self._lost(holding)
+        token, _, tail = holding.token.split(":", 2)
+        holding.token = member = f"{token}:{fence}:{tail}"  # renewals send it from now on
+        holding.release_args = self.release_script.args_of(member=member)
+        holding.fencing_token = fence
+        return fence
+
+    def _sibling_key(self, holders: str | bytes, part: str) -> str | bytes:
+        """The key of ``part`` beside the holder ZSET ``holders`` (under the
+        prefix the permit was taken with, whatever the settings say now)."""
+        cut = len(holders) - len(self.parts[0])
+        if isinstance(holders, bytes):
+            return holders[:cut] + part.encode()
+        return holders[:cut] + part
 
     def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
         resolved = self._resolve()
@@ -153,6 +186,7 @@ class PermitBase(Primitive):
             begun,
             self.token_mode + new_token(),
             f"{plan.limit}:{since}:{holder}",
+            self._fencing,
         )
 
     def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
@@ -206,7 +240,7 @@ class PermitBase(Primitive):
             client=resolved.client,
             lease=resolved.lease,
             started=started,
-            fencing_token=value,
+            fencing_token=value,  # 0: taken on first use (_fence_steps)
             renew_script=PERMIT_EXTEND,
             renew_keys=resolved.keys_for(PERMIT_EXTEND),
             keys=resolved.keys_for(self.release_script),
@@ -217,7 +251,7 @@ class PermitBase(Primitive):
         if resolved.auto_renew:
             watchdog.watch(holding)
         # only time spent in line is a wait (see ``Lock``)
-        signals.announce_acquired(self, started - attempt.begun if waited else 0.0, value)
+        signals.announce_acquired(self, started - attempt.begun if waited else 0.0, value or None)
         return HELD_RESULT
 
     @staticmethod
@@ -247,164 +281,3 @@ class PermitBase(Primitive):
             return False
         token = stack[-1].token.split(":", 1)[0]
         return any(info.token == token for info in holders)
-
-
-class PermitPrimitive(PermitBase, Guarded):
-    """The synchronous API of a permit primitive; a holder is the object in one thread."""
-
-    def __init__(self, name: str, **options: Any) -> None:
-        super().__init__(name, **options)
-        self._local = threading.local()
-
-    def _stack(self) -> list[Holding]:
-        stack: list[Holding] | None = getattr(self._local, "stack", None)
-        if stack is None or (stack and stack[0].pid != current_pid()):
-            stack = self._local.stack = []  # new thread, or inherited through fork()
-        return stack
-
-    def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
-        """Take a permit; ``False`` when none could be had in time.
-
-        Raises ``LockBackendError`` when Redis cannot be reached.
-        """
-        return self._acquire(blocking, blocking_timeout).held
-
-    def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
-        begun = time.monotonic()
-        try:
-            return drivers.run(
-                self._acquire_steps(blocking, blocking_timeout), self._resolve().client
-            )
-        except LockBackendError as exc:
-            signals.announce_failed(self, begun, exc)
-            raise
-
-    def release(self) -> None:
-        """Return this holder's latest permit.
-
-        Raises ``LockNotOwnedError`` when this holder holds none, and
-        ``LockLostError`` when its lease ended (or was cleared) before the
-        release, also when Redis cannot be reached to release it and the
-        lease had ended by this holder's clock before the release was sent
-        (``LockBackendError`` chained; see ``Lock.release``).
-        """
-        stack = self._stack()
-        if not stack:
-            raise self._not_owned()
-        holding = stack.pop()
-        holding.releasing = True
-        keys, args = self._release_call(holding)
-        sent = time.monotonic()
-        try:
-            result = self.release_script(holding.client, keys, args)
-        except backend.BACKEND_ERRORS as exc:
-            error = self._unreachable(holding, exc, sent, "released it")
-            holding.end()  # the lease frees the permit if Redis was not told
-            raise error from error.__cause__
-        except BaseException:
-            holding.end()
-            raise
-        self._after_release(holding, result)
-
-    def extend(self, seconds: float | None = None) -> None:
-        """Make ``seconds`` the lease of this holder's latest permit from now on
-        (for the watchdog's renewals too; see ``Lock.extend``)."""
-        holding = self._latest()
-        drivers.run(self._extend_steps(holding, seconds), holding.client if holding else None)
-
-    def owned(self) -> bool:
-        """Whether this holder's latest permit is live, according to Redis."""
-        return bool(self._stack()) and self._owns(self.holders())
-
-    def holders(self) -> list[HolderInfo]:
-        """Every live holder: token, ``host:pid:thread``, seconds of lease left, fence."""
-        client, keys = self._describe_keys()
-        with backend.translate_errors(self.name):
-            reply = PERMIT_DESCRIBE(client, keys, PERMIT_DESCRIBE.args_of())
-        return parse_holders(reply, mode_from_token=bool(self.token_mode))
-
-
-class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
-    """The asyncio API of a permit primitive; a holder is the object in one task.
-
-    Round trips go through ``AsyncLock``'s connection mirror, so a waiting
-    coroutine blocks no thread; the watchdog renews the permits.
-    """
-
-    def __init__(self, name: str, **options: Any) -> None:
-        super().__init__(name, **options)
-        self._stacks: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]] = (
-            weakref.WeakKeyDictionary()
-        )
-
-    def _stack(self) -> list[Holding]:
-        task = asyncio.current_task()
-        if task is None:
-            raise RuntimeError(f"{type(self).__name__} must be used from inside an asyncio task.")
-        stack = self._stacks.get(task)
-        if stack is None or (stack and stack[0].pid != current_pid()):
-            if stack is None:
-                forget_when_done(type(self).__name__, self._stacks)
-            stack = self._stacks[task] = []
-        return stack
-
-    async def acquire(
-        self, blocking: bool | None = None, blocking_timeout: float | None = None
-    ) -> bool:
-        """Take a permit; ``False`` when none could be had in time."""
-        return (await self._acquire(blocking, blocking_timeout)).held
-
-    async def _acquire(
-        self, blocking: bool | None, blocking_timeout: float | None
-    ) -> AcquireResult:
-        begun = time.monotonic()
-        try:
-            conn = AsyncConnection(self._resolve().client)
-            return await drivers.run_async(self._acquire_steps(blocking, blocking_timeout), conn)
-        except LockBackendError as exc:
-            signals.announce_failed(self, begun, exc)
-            raise
-
-    async def release(self) -> None:
-        """Return this holder's latest permit (see ``Semaphore.release``)."""
-
-        stack = self._stack()
-        if not stack:
-            raise self._not_owned()
-        holding = stack.pop()
-        holding.releasing = True
-        keys, args = self._release_call(holding)
-        sent = time.monotonic()
-        try:
-            with backend.translate_errors(self.name):
-                conn = AsyncConnection(holding.client)
-                result = await conn.run_to_the_end(self.release_script, keys, args)
-        except LockBackendError as exc:
-            error = self._unreachable(holding, exc, sent, "released it")
-            holding.end()
-            raise error from error.__cause__
-        except BaseException:
-            holding.end()
-            raise
-        self._after_release(holding, result)
-
-    async def extend(self, seconds: float | None = None) -> None:
-        """Make ``seconds`` the lease of this holder's latest permit from now on
-        (for the watchdog's renewals too; see ``Lock.extend``)."""
-        holding = self._latest()
-        conn = AsyncConnection(holding.client if holding else None)
-        await drivers.run_async(self._extend_steps(holding, seconds), conn)
-
-    async def owned(self) -> bool:
-        """Whether this holder's latest permit is live, according to Redis."""
-        return bool(self._stack()) and self._owns(await self.holders())
-
-    async def holders(self) -> list[HolderInfo]:
-        """Every live holder (see ``Semaphore.holders``)."""
-
-        client, keys = self._describe_keys()
-        with backend.translate_errors(self.name):
-            reply = await AsyncConnection(client).run(
-                PERMIT_DESCRIBE, keys, PERMIT_DESCRIBE.args_of()
-            )
-        return parse_holders(reply, mode_from_token=bool(self.token_mode))

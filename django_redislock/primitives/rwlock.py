@@ -10,8 +10,9 @@ behind it. Timeline::
     R1, R2 release -> the last release wakes W -> W holds
     W releases -> wakes R3 and the readers queued with it
 
-Each hold is a permit with its own token, lease and fencing token, renewed by
-the watchdog. Acquire and release are each one ``EVALSHA``.
+Each hold is a permit with its own token, lease and fencing token (taken on
+first use of ``fencing_token``, or by the acquire with ``fencing=True``),
+renewed by the watchdog. Acquire and release are each one ``EVALSHA``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,11 @@ from django_redislock.backend.scripts import RWLOCK_ACQUIRE
 from django_redislock.backend.values import HolderInfo
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockTimeout
+from django_redislock.primitives.async_permits import AsyncPermitPrimitive
 from django_redislock.primitives.base import Primitive
-from django_redislock.primitives.permits import AsyncPermitPrimitive, PermitBase, PermitPrimitive
+from django_redislock.primitives.permits import PermitBase
+from django_redislock.primitives.sync_permits import PermitPrimitive
+from django_redislock.validation import check_bool
 
 _PARTS = ("rwlock", "rw:fence", "rw:queue", "rw:deadlines")
 
@@ -83,6 +87,7 @@ class _ReadWriteLockBase(Primitive):
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         using: str | None = None,
+        fencing: bool = False,
     ) -> None:
         super().__init__(
             name,
@@ -98,6 +103,7 @@ class _ReadWriteLockBase(Primitive):
             "blocking_timeout": blocking_timeout,
             "auto_renew": auto_renew,
             "using": using,
+            "fencing": check_bool(fencing, "fencing", allow_none=False),
         }
 
 

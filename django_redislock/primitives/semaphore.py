@@ -2,6 +2,8 @@
 
 Round trips: an acquire that gets a permit is one ``EVALSHA``; a release is
 one. A waiter adds one ``BLPOP`` per wake-up and one re-check, like ``Lock``.
+The fencing token costs one ``EVALSHA`` on first use, or none when asked for
+up front (``fencing=True``: the acquire takes it).
 
 Unlike the textbook sorted-set semaphore (a pipeline of ``ZREMRANGEBYSCORE``,
 ``ZADD``, ``ZRANK`` and a compensating ``ZREM``, scored by the client's
@@ -9,7 +11,8 @@ clock), expiry and arrival order here are read from the Redis server's clock
 inside the script, so a web node whose clock runs minutes ahead or behind can
 neither steal a permit nor make one outlive its lease.
 
-Each permit is its own holding with its own token, lease and fencing token;
+Each permit is its own holding with its own token, lease and fencing token
+(``fencing_token``, taken on first use unless the acquire took it);
 the watchdog renews them all. A thread that acquires twice holds
 two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 """
@@ -18,11 +21,9 @@ from __future__ import annotations
 
 from django_redislock.backend.scripts import SEMAPHORE_ACQUIRE
 from django_redislock.engine.steps import LIMIT_MISMATCH
-from django_redislock.primitives.permits import (
-    AsyncPermitPrimitive,
-    PermitBase,
-    PermitPrimitive,
-)
+from django_redislock.primitives.async_permits import AsyncPermitPrimitive
+from django_redislock.primitives.permits import PermitBase
+from django_redislock.primitives.sync_permits import PermitPrimitive
 from django_redislock.validation import fixed
 
 #: The largest limit: Lua's numbers are doubles, exact up to 2**53; past it two
@@ -59,6 +60,7 @@ class SemaphoreBase(PermitBase):
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         using: str | None = None,
+        fencing: bool = False,
     ) -> None:
         super().__init__(
             name,
@@ -67,6 +69,7 @@ class SemaphoreBase(PermitBase):
             blocking_timeout=blocking_timeout,
             auto_renew=auto_renew,
             using=using,
+            fencing=fencing,
         )
         self._limit = check_limit(limit)
 
@@ -101,7 +104,10 @@ class Semaphore(SemaphoreBase, PermitPrimitive):
     permit has a lease (``timeout``), so a holder that died gives its permit
     back when the lease ends, while the watchdog renews live holders
     (``auto_renew``). A permit lost anyway is reported (``lock_lost``,
-    ``LockLostError``).
+    ``LockLostError``). Every permit's fencing token is greater than all
+    earlier ones for the name: taken on first read of ``fencing_token`` (one
+    owner-checked round trip; a lost permit raises ``LockLostError``, never
+    gets a token), or by the acquire itself with ``fencing=True``.
 
     Every user of a name must agree on ``limit``: acquiring with a limit that
     differs from the one in use raises ``ValueError``.

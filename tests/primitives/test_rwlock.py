@@ -56,6 +56,7 @@ def test_readers_share_writer_excludes_and_keys_go_away(redis_client: redis.Redi
     assert not rw.read().acquire(blocking=False)
     assert not rw.write().acquire(blocking=False)
     assert [h.mode for h in rw.holders()] == ["write"]
+    assert writer.fencing_token  # taken on first use: the fencing counter is made
     writer.release()
     assert rw.holders() == []
     leftovers = [k for k in redis_client.keys("redislock:{doc}:*") if not k.endswith(b":rw:fence")]
@@ -194,9 +195,9 @@ def test_a_reader_let_in_from_the_queue_wakes_the_readers_behind_it(
 
     def attempt(token: str) -> int:
         """1: granted, 0: refused and queued."""
-        who = f"{token}:0:1:host:1:MainThread"  # <token>:<limit>:<since_ms>:<holder>
+        member = f"{token}:0:0:1:host:1:MainThread"  # <token>:<fence>:<limit>:<since_ms>:<holder>
         keys = [holders, fence, queue, deadlines]
-        return permit_reply(RWLOCK_ACQUIRE(redis_client, keys, [who, 30_000, 3_000]))[0]
+        return permit_reply(RWLOCK_ACQUIRE(redis_client, keys, [member, 30_000, 3_000, 0]))[0]
 
     assert attempt("w1") == 1
     for token in ("w2", "r1", "r2", "r3", "w3", "r4"):

@@ -66,12 +66,16 @@ def test_limit_holders_then_refuse_then_permit_returns(redis_client: redis.Redis
     second.release()
     third.release()
     assert not redis_client.exists("redislock:{api}:semaphore")
+    # no fencing token was used, so none was taken: not even a counter is left
+    assert redis_client.keys("redislock:{api}:*") == []
+    with Semaphore("api", 2) as sem:
+        assert sem.fencing_token
     assert redis_client.keys("redislock:{api}:*") == [b"redislock:{api}:sem:fence"]
     assert redis_client.pttl("redislock:{api}:sem:fence") > 0
 
 
 def test_every_key_has_a_ttl_while_held_and_waited_for(redis_client: redis.Redis) -> None:
-    holder = Semaphore("ttl", 1, timeout=5)
+    holder = Semaphore("ttl", 1, timeout=5, fencing=True)  # the fence key too
     holder.acquire()
     waiter_done = threading.Event()
 
@@ -164,10 +168,12 @@ def test_holders_lists_tokens_with_remaining_lease() -> None:
     sem = Semaphore("h", 3, timeout=20)
     sem.acquire()
     sem.acquire()  # a thread may hold two permits
+    assert [h.fencing_token for h in sem.holders()] == [None, None]  # none taken yet
+    token = sem.fencing_token  # the latest permit's, taken now
     holders = sem.holders()
     assert len(holders) == 2
     assert all(15 < h.ttl <= 20 for h in holders if h.ttl is not None)
-    assert sem.fencing_token == max(h.fencing_token or 0 for h in holders)
+    assert sorted(h.fencing_token or 0 for h in holders) == [0, token]
     assert holders[0].holder.endswith(threading.current_thread().name)
     sem.release()
     sem.release()

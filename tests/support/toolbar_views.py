@@ -30,11 +30,11 @@ EVIL = "<b>sku</b>:42"
 
 
 def locks_view(request: HttpRequest) -> HttpResponse:
-    """A lock (fenced up front), a permit, a read lock, a lock another thread holds
+    """A lock and a permit (both fenced up front), a read lock, a lock another thread holds
     (timed out, then refused) and a lock on a Redis that is down."""
     with Lock(EVIL, fencing=True):
         pass
-    with Semaphore("exports:7", 3):
+    with Semaphore("exports:7", 3, fencing=True):
         pass
     with ReadWriteLock("catalog").read():
         pass

@@ -250,12 +250,14 @@ LOCK_CANCEL = Script(
 )
 #: The permit scripts' keys (``PermitBase.roles``, the same for every permit primitive).
 _PERMIT_KEYS = ("holders", "fence", "queue", "deadlines")
-_PERMIT_ACQUIRE_ARGS = ("who", "lease_ms", "wait_ms")
+_PERMIT_ACQUIRE_ARGS = ("member", "lease_ms", "wait_ms", "fenced")
 SEMAPHORE_ACQUIRE = Script("semaphore_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_ACQUIRE_ARGS)
 RWLOCK_ACQUIRE = Script("rwlock_acquire.lua", keys=_PERMIT_KEYS, args=_PERMIT_ACQUIRE_ARGS)
 PERMIT_RELEASE = Script(
     "permit_release.lua", keys=("holders", "queue", "deadlines"), args=("member",)
 )
+#: A permit's fencing token on first use (as ``LOCK_FENCE`` is a Lock's).
+PERMIT_FENCE = Script("permit_fence.lua", keys=("holders", "fence"), args=("member",))
 PERMIT_CANCEL = Script(
     "permit_cancel.lua",
     keys=("holders", "queue", "deadlines"),

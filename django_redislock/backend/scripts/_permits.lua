@@ -2,7 +2,8 @@
 --
 -- Their holders live in one ZSET, the primitive's main key, which exists
 -- exactly while it is held:
---   member  "<token>:<fence>:<limit>:<since_ms>:<holder>"
+--   member  "<token>:<fence>:<limit>:<since_ms>:<holder>"; fence 0 until the
+--           holder takes its fencing token (permit_fence.lua renames it then)
 --   score   server ms at which that holder's lease ends; +inf for a sole holder
 --           taken on the fast path, whose lease is the key's TTL (see settle)
 -- token    unguessable hex; a ReadWriteLock prefixes it with 'r' or 'w'
@@ -23,10 +24,10 @@ local function signal_prefix(key)
   return string.match(key, '^(.*}:)') .. 'signal:'
 end
 
--- An acquire's "<token>:<tail>" (the member without its fence): token, tail.
-local function split_who(who)
-  local cut = string.find(who, ':', 1, true)
-  return string.sub(who, 1, cut - 1), string.sub(who, cut + 1)
+-- A member's "<token>:<fence>:<tail>": token, tail.
+local function split_member(member)
+  local token, tail = string.match(member, '^([^:]*):[^:]*:(.*)$')
+  return token, tail
 end
 
 -- The caller's limit and holder description, from the member's tail
@@ -84,9 +85,14 @@ local function add_holder(set, member, lease_ms, now_ms, fresh)
 end
 
 -- Renew a holder's lease; false when it is not (or no longer) a live holder.
--- A sole holder's TTL follows its lease down as well as up.
+-- A sole holder's TTL follows its lease down as well as up. A member not
+-- found is looked for by its token: one whose fencing token was taken since
+-- the renewal was sent (permit_fence.lua renames it) is renewed all the same.
 local function renew_holder(set, member, lease_ms, now_ms)
   local ends = redis.call('ZSCORE', set, member)
+  if not ends then
+    member, ends = holder_of(set, string.match(member, '^[^:]*'))
+  end
   if ends == 'inf' then -- alone and unwaited for (see settle): the TTL is its lease
     redis.call('PEXPIRE', set, lease_ms)
     return true

@@ -3,7 +3,8 @@
 -- KEYS[1] holders ZSET (see _permits.lua)
 -- KEYS[2] queue
 -- KEYS[3] deadlines
--- ARGV[1] member  the holder's (its limit, 0 for a ReadWriteLock, says which)
+-- ARGV[1] member  the holder's (its limit, 0 for a ReadWriteLock, says which);
+--                 one renamed since by its fencing token is found by its token
 -- Returns 1 when released, 0 when the permit was not (or no longer) ARGV[1]'s
 -- (its lease had ended, or it was cleared).
 --
@@ -21,11 +22,28 @@ if ends == 'inf' then
 end
 if ends then
   redis.call('ZREM', set, member)
-end
-if redis.call('EXISTS', set, queue) == 0 then
-  return ends and 1 or 0
+  if redis.call('EXISTS', set, queue) == 0 then
+    return 1
+  end
 end
 
 -- @preludes
 
+if not ends then
+  -- Not under this member: gone, or renamed by a fencing call whose reply
+  -- never reached the holder (permit_fence.lua); found by its token then.
+  local found, score = holder_of(set, string.match(member, '^[^:]*'))
+  if score == 'inf' then
+    redis.call('DEL', set)
+    return 1
+  end
+  ends = score or false
+  if found then
+    member = found
+    redis.call('ZREM', set, member)
+  end
+  if redis.call('EXISTS', set, queue) == 0 then
+    return ends and 1 or 0
+  end
+end
 return wake_next(set, queue, KEYS[3], member, ends)

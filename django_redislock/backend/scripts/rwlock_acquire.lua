@@ -3,14 +3,16 @@
 -- KEYS[2] fence     STRING fencing counter of this name
 -- KEYS[3] queue     ZSET   waiters in arrival order (server µs)
 -- KEYS[4] deadlines HASH   waiter token -> presumed-dead time
--- ARGV[1] who       "<token>:0:<since_ms>:<holder>" (see semaphore_acquire.lua);
+-- ARGV[1] member    "<token>:0:0:<since_ms>:<holder>" (see semaphore_acquire.lua);
 --                   the token is 'r' or 'w' (the mode) then unguessable hex
 -- ARGV[2] lease_ms  lease to set
 -- ARGV[3] wait_ms   how long a queued waiter stays presumed alive without
 --                   re-checking; negative: never queue ("try")
--- Returns the bare fence (> 0) when granted on the fast path, {1, fence} when
--- granted otherwise (the holder's member is "<token>:<fence>:<tail>");
--- {0, retry_hint_ms} when refused.
+-- ARGV[4] fenced    '1': take the fencing token now; '0': leave it to first use
+-- Returns the bare fence (0 when not fenced) when granted on the fast path,
+-- {1, fence} when granted otherwise (the holder's member is
+-- "<token>:<fence>:<tail>", fence 0 when none was taken); {0, retry_hint_ms}
+-- when refused.
 -- An attempt for a token that holds it already is answered with that hold
 -- (sending it again after a lost reply is safe).
 --
@@ -25,7 +27,7 @@ local set, fence_key, queue, deadlines = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 
 -- @preludes
 
-local token, tail = split_who(ARGV[1])
+local token, tail = split_member(ARGV[1])
 local lease, wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local sigprefix = signal_prefix(queue)
 local reading = string.sub(token, 1, 1) == 'r'
@@ -84,7 +86,7 @@ if compatible and redis.call('EXISTS', queue) == 1 then
 end
 
 if compatible then
-  local fence = next_fence(fence_key, FENCE_MEMORY_MS)
+  local fence = ARGV[4] == '1' and next_fence(fence_key, FENCE_MEMORY_MS) or 0
   add_holder(set, holder_member(token, fence, tail), lease, now_ms, count == 0)
   return {1, fence}
 end

@@ -3,31 +3,34 @@
 -- KEYS[2] fence     STRING fencing counter of this name
 -- KEYS[3] queue     ZSET   waiters in arrival order (server µs)
 -- KEYS[4] deadlines HASH   waiter token -> presumed-dead time
--- ARGV[1] who       "<token>:<limit>:<since_ms>:<holder>": the would-be holder's
---                   unguessable hex token, then its tail: the caller's limit, its
---                   wall clock (display only, never for ordering), host:pid:thread
+-- ARGV[1] member    "<token>:0:<limit>:<since_ms>:<holder>": the would-be holder's
+--                   member with no fencing token (0): its unguessable hex token,
+--                   then its tail: the caller's limit, its wall clock (display
+--                   only, never for ordering), host:pid:thread
 -- ARGV[2] lease_ms  lease to set
 -- ARGV[3] wait_ms   how long a queued waiter stays presumed alive without
 --                   re-checking; negative: never queue ("try")
--- The holder's member is "<token>:<fence>:<tail>". An attempt for a token that
--- holds a permit already is answered with that permit (sending it again after
--- a lost reply is safe).
--- Returns the bare fence (> 0) when granted on the fast path, {1, fence} when
--- granted otherwise; {0, retry_hint_ms} when refused; {-2, limit_in_use} when
--- the name is held under another limit.
+-- ARGV[4] fenced    '1': take the fencing token now; '0': leave it to first use
+--                   (permit_fence.lua)
+-- The holder's member is "<token>:<fence>:<tail>", fence 0 when none was taken.
+-- An attempt for a token that holds a permit already is answered with that
+-- permit (sending it again after a lost reply is safe).
+-- Returns the bare fence (0 when not fenced) when granted on the fast path,
+-- {1, fence} when granted otherwise; {0, retry_hint_ms} when refused;
+-- {-2, limit_in_use} when the name is held under another limit.
 --
 -- The common case, no holder and nobody waiting, comes first and is written
--- out in full (next_fence and add_holder inlined; any limit >= 1 has room): it
--- runs before the preludes and pays for none of their closures. It reads the
--- clock only for the fencing token: the sole holder is scored +inf, its lease
--- being the key's TTL (see settle in _permits.lua).
+-- out in full (add_holder inlined; any limit >= 1 has room): it runs before
+-- the preludes and pays for none of their closures. Unfenced, it reads no
+-- clock and no counter: the sole holder is scored +inf, its lease being the
+-- key's TTL (see settle in _permits.lua).
 local set, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 
 -- @include _permit_fast.lua
 
 -- @preludes
 
-local deadlines, token, tail = KEYS[4], split_who(ARGV[1])
+local deadlines, token, tail = KEYS[4], split_member(ARGV[1])
 local lease, wait_ms = tonumber(ARGV[2]), tonumber(ARGV[3])
 local limit, sigprefix = tail_limit(tail), signal_prefix(queue)
 local now_ms, now_us = server_time()
@@ -70,7 +73,7 @@ if free > 0 then
     hint = math.abs(wait_ms)
   end
   if entitled then
-    local fence = next_fence(fence_key, FENCE_MEMORY_MS)
+    local fence = ARGV[4] == '1' and next_fence(fence_key, FENCE_MEMORY_MS) or 0
     add_holder(set, holder_member(token, fence, tail), lease, now_ms, count == 0)
     return {1, fence}
   end
