@@ -182,10 +182,12 @@ class Handle:
             key = self._own_hold_key()
         return self._registry().get(key)
 
-    def _taken(self) -> Holding | None:
+    def _taken(self, entered: list[Holding] | None = None) -> Holding | None:
         """The latest hold this handle took in the current holder and has not
-        released to the end (``_current`` without its fallback)."""
-        entered = self._entered()
+        released to the end (``_current`` without its fallback); ``entered``:
+        ``_entered()``, when the caller has it."""
+        if entered is None:
+            entered = self._entered()
         while entered and not entered[-1].active and entered[-1].lost is None:
             entered.pop()  # released to the end through another handle
         return entered[-1] if entered else None
@@ -194,12 +196,12 @@ class Handle:
         """``_hold_key`` of this handle's name and cache alias."""
         raise NotImplementedError
 
-    def _reentry(self, key: HoldKey) -> Holding | None:
+    def _reentry(self, key: HoldKey, registry: Registry[Holding] | None = None) -> Holding | None:
         """The current holder's live hold of the name, to nest into; a hold
         already known lost is reported once more, forgotten and not nested into
         (the caller acquires afresh; the handle that took it is told at its
-        release)."""
-        holding = self._registry().get(key)
+        release). ``registry``: ``_registry()``, when the caller has it."""
+        holding = (registry or self._registry()).get(key)
         if holding is not None and holding.lost is not None:
             self._supersede(holding, holding.lost)
             return None
@@ -211,17 +213,24 @@ class Handle:
         holding.mark_lost(reason)
         holding.end()
 
-    def _took(self, key: HoldKey, holding: Holding) -> None:
+    def _took(
+        self, key: HoldKey, holding: Holding, registry: Registry[Holding] | None = None
+    ) -> None:
         """Record a new or re-entered hold for this handle and its holder."""
         if holding.depth == 1:
-            self._registry().put(key, holding)
+            (registry or self._registry()).put(key, holding)
         self._entered().append(holding)
 
-    def _left(self, holding: Holding) -> None:
-        """After a release of ``holding`` through this handle, whatever its outcome."""
-        entered = self._entered()
+    def _left(self, holding: Holding, entered: list[Holding] | None = None) -> None:
+        """After a release of ``holding`` through this handle, whatever its
+        outcome; ``entered``: ``_entered()``, when the caller has it."""
+        if entered is None:
+            entered = self._entered()
         if not holding.active and holding.lost is None:  # released to the end
-            entered[:] = [h for h in entered if h is not holding]
+            if len(entered) == 1 and entered[0] is holding:  # the common case
+                entered.pop()
+            else:
+                entered[:] = [h for h in entered if h is not holding]
         elif entered and entered[-1] is holding:
             # one level left; of a hold found lost, each outer level this
             # handle entered is still told so (LockLostError) at its release

@@ -133,7 +133,8 @@ class Lock(ThreadHandle, LockBase, Guarded):
         reported lost): then ``LockBackendError`` is chained. Otherwise an
         unreachable Redis is a ``LockBackendError``; the lease frees the lock.
         """
-        holding = self._holding()
+        entered = self._entered()
+        holding = self._taken(entered) or self._current(None)
         if holding is None:
             raise self._not_owned()
         holding.releasing = holding.depth <= 1
@@ -150,7 +151,7 @@ class Lock(ThreadHandle, LockBase, Guarded):
                 raise
             self._after_release(holding, result)
         finally:
-            self._left(holding)
+            self._left(holding, entered)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` (default: the lease as it stands) the lease from now on.

@@ -33,7 +33,7 @@ from django_redislock.engine.steps import (
 )
 from django_redislock.holds import counters
 from django_redislock.holds.holding import Holding, holder_description, new_token
-from django_redislock.holds.registry import Handle, HoldKey
+from django_redislock.holds.registry import Handle, HoldKey, Registry
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
 from django_redislock.validation import fixed
@@ -220,7 +220,8 @@ class LockBase(Handle, Primitive):
             watchdog.ensure_running()
         may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
         hold_key = resolved.hold_key  # self._hold_key(...), built once
-        holding = self._reentry(hold_key)
+        registry = self._registry()
+        holding = self._reentry(hold_key, registry)
         begun = time.monotonic()
         deadline = None if budget is None else begun + budget
         if holding is not None and (
@@ -243,7 +244,7 @@ class LockBase(Handle, Primitive):
                 raise  # pragma: no cover - interrupted() raises
             if took:
                 holding = self._new_holding(token, holder, resolved, begun, 0, keys)
-                self._held_at_once(hold_key, holding, resolved)
+                self._held_at_once(hold_key, holding, resolved, registry)
                 return HELD_RESULT
         return (
             yield from self._contended_steps(
@@ -321,10 +322,12 @@ class LockBase(Handle, Primitive):
             ),
         )
 
-    def _held_at_once(self, hold_key: HoldKey, holding: Holding, resolved: Resolved) -> None:
+    def _held_at_once(
+        self, hold_key: HoldKey, holding: Holding, resolved: Resolved, registry: Registry[Holding]
+    ) -> None:
         """``_held`` for a hold its first command took (the plain SET): no
         wait, no fencing token, nothing to build for either."""
-        self._took(hold_key, holding)
+        self._took(hold_key, holding, registry)
         if resolved.auto_renew:
             watchdog.watch(holding)
         stats_key = resolved.stats_key
