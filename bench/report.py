@@ -150,11 +150,15 @@ def targets(data: dict[str, Any], limits: Thresholds) -> list[dict[str, Any]]:
     ok = None
     value = None
     if polite and peer_polite and None not in (p50, p99, peer_polite["p50_ms"]):
-        ok = p50 <= peer_polite["p50_ms"] and p99 <= peer_polite["p99_ms"]
-        value = f"{p50:.2f}/{p99:.2f} vs {peer_polite['p50_ms']:.2f}/{peer_polite['p99_ms']:.2f} ms"
+        # the target is the p50; the p99s are shown beside it (p99 <= 3 ms above)
+        ok = p50 <= peer_polite["p50_ms"]
+        value = (
+            f"{p50:.2f} vs {peer_polite['p50_ms']:.2f} ms "
+            f"(p99 {p99:.2f} vs {peer_polite['p99_ms']:.2f})"
+        )
     found.append(
         {
-            "target": "polite handoff p50 and p99 no worse than python-redis-lock",
+            "target": "polite handoff p50 no worse than python-redis-lock",
             "value": value,
             "status": _verdict(ok),
         }

@@ -94,9 +94,8 @@ class Holding:
         "watch_state",
     )
 
-    def __init__(
+    def __init__(  # positional too: a Lock's acquire builds one per call (LockBase._new_holding)
         self,
-        *,
         sender: type,
         name: str,
         kind: str,

@@ -94,21 +94,22 @@ class LockBase(Handle, Primitive):
         keys: list[bytes],
     ) -> Holding:
         """``keys``: the release script's KEYS for this holding."""
-        holding = Holding(
-            sender=type(self),
-            name=self.name,
-            kind=self.kind,
-            token=token,
-            holder=holder,
-            client=resolved.client,
-            lease=resolved.lease,
-            started=started,
-            fencing_token=fence,
-            renew_script=LOCK_EXTEND,
-            renew_keys=resolved.keys_for(LOCK_EXTEND),
-            keys=keys,
-            stats_key=resolved.stats_key,
-            stats_ttl_ms=resolved.settings.stats_ttl_ms,
+        holding = Holding(  # positionally: Holding's own order, a keyword call is slower
+            type(self),  # sender
+            self._name,  # name
+            self.kind,
+            token,
+            holder,
+            resolved.client,
+            resolved.lease,
+            started,
+            fence,  # fencing_token
+            LOCK_EXTEND,  # renew_script
+            resolved.keys_for(LOCK_EXTEND),  # renew_keys
+            keys,
+            "",  # sigprefix: a Lock's is worked out from its key
+            resolved.stats_key,
+            resolved.settings.stats_ttl_ms,
         )
         # The last level's release: it frees the lock whatever count Redis
         # holds (see _release_args).
