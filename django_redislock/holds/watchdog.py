@@ -75,8 +75,9 @@ LANE_THREAD = "django-redislock-renewal"
 #: watchdog's lock (which every acquire takes) for long.
 PASS_LIMIT = 4096
 #: New holds waiting to be scheduled (``watch``) before the acquire that finds
-#: this many admits them itself: the queue of a hot loop stays small.
-ADMIT_BATCH = 512
+#: this many admits them itself: the queue of a hot loop stays small (a few
+#: kilobytes, freed before the garbage collector would look at it).
+ADMIT_BATCH = 64
 
 #: ``Holding.watch_state``: not watched; queued for admission (``watch``);
 #: scheduled, or found released when admitted (``_admit``).
