@@ -54,14 +54,25 @@ renewal_lag = Signal()
 _TAPS: dict[Signal, tuple[Callable[..., Any], ...]] = {}
 
 
-def tap(signal: Signal, receiver: Callable[..., Any]) -> None:
+#: Taps of ``lock_acquired`` that get the acquires counted by the counters
+#: (``announce_acquired(..., counted=True)``) from them instead.
+_COUNTED: set[Callable[..., Any]] = set()
+
+
+def tap(signal: Signal, receiver: Callable[..., Any], *, counted: bool = False) -> None:
     """Call ``receiver`` (like a receiver: ``signal``, ``sender``, keywords)
-    whenever ``signal`` is notified; for this app's own receivers."""
+    whenever ``signal`` is notified; for this app's own receivers.
+    ``counted``: not for an acquire the counters counted
+    (``holds/counters.acquired_at_once``), which ``receiver``'s owner gets
+    from them (the per-minute history)."""
     _TAPS[signal] = (*_TAPS.get(signal, ()), receiver)
+    if counted:
+        _COUNTED.add(receiver)
 
 
 def untap(signal: Signal, receiver: Callable[..., Any]) -> None:
     _TAPS[signal] = tuple(r for r in _TAPS.get(signal, ()) if r != receiver)
+    _COUNTED.discard(receiver)
     if not _TAPS[signal]:
         del _TAPS[signal]
 
@@ -111,12 +122,15 @@ def announce_acquired(
 
     Sent on every acquire, so the app's own receivers (``tap``) are called
     here directly, each with its keywords once, rather than through ``notify``;
-    ``counted``: not at all, the acquire having been counted for them already
-    (``holds/counters.acquired_at_once``, which feeds the per-minute history)."""
-    taps = None if counted else _TAPS.get(lock_acquired)
+    ``counted``: the acquire was counted by the counters
+    (``holds/counters.acquired_at_once``), which feed the taps made with
+    ``counted=True`` (the per-minute history): those are skipped."""
+    taps = _TAPS.get(lock_acquired)
     if taps is not None:
         sender, name, kind = type(primitive), primitive.name, primitive.kind
         for tapped in taps:
+            if counted and tapped in _COUNTED:
+                continue
             try:
                 tapped(
                     signal=lock_acquired,

@@ -78,14 +78,20 @@ class Tally(BackgroundWriter):
             if self._thread is None and self.background:
                 self._start()
 
+    def take_unwaited(self) -> dict[str, int]:
+        """The acquires counted by ``acquired_at_once`` since last taken, by
+        name; forgotten here."""
+        if self._forked():
+            return {}
+        with self._lock:
+            counts, self._unwaited = self._unwaited, {}
+        return counts
+
     def hand_over(self) -> None:
         """Give the history (``on_unwaited``) the acquires counted by
         ``acquired_at_once`` since the last hand-over."""
         receiver = self.on_unwaited
-        if self._forked():
-            return
-        with self._lock:
-            counts, self._unwaited = self._unwaited, {}
+        counts = self.take_unwaited()
         if counts and receiver is not None:
             try:
                 receiver(counts)

@@ -240,8 +240,8 @@ class Watchdog(Settling):
     def unwatch(self, holding: Renewable) -> None:
         """Renew ``holding`` no more. A released hold still queued costs no
         lock: the scheduler drops it when it admits it (``_admit``)."""
-        if holding.watch_state == ARRIVED and not holding.active:
-            return
+        if holding.watch_state != SCHEDULED and not holding.active:
+            return  # queued (the scheduler drops it), or never watched
         with self._lock:
             self._admit()
             self._schedule.remove(id(holding))

@@ -106,11 +106,13 @@ class Recorder(BackgroundWriter):
             if self._thread is None and self.background:
                 self._start()
 
-    def add_unwaited(self, counts: dict[str, int]) -> None:
+    def add_unwaited(self, counts: dict[str, int], *, start: bool = True) -> None:
         """Acquires that did not wait, by name, counted with the counters
         (``counters.acquired_at_once``) and handed over at their flush: in
         the minute of the hand-over, at most a flush (a second) after the
-        acquire."""
+        acquire. ``start=False``: start no writing thread (the caller is
+        about to write them: a flush, possibly at exit, when Python 3.12
+        refuses new threads)."""
         key_minute = int(self._clock() // 60)
         if self._life.pid != current_pid():
             self._forked()
@@ -122,13 +124,15 @@ class Recorder(BackgroundWriter):
                     entry = tally[(key_minute, name)] = [0] * len(FIELDS)
                 entry[_ACQUIRED] += n
                 entry[_HISTOGRAM] += n
-            if self._thread is None and self.background:
+            if start and self._thread is None and self.background:
                 self._start()
 
     def flush(self, *, last: bool = False) -> None:
         """Write what is tallied, with what the counters hold for the history."""
         if self._tapped():
-            counters.TALLY.hand_over()
+            counts = counters.TALLY.take_unwaited()
+            if counts:
+                self.add_unwaited(counts, start=False)  # this flush writes them
         super().flush(last=last)
 
     def _tapped(self) -> bool:
@@ -139,6 +143,7 @@ class Recorder(BackgroundWriter):
         replaces this one: ``install``)."""
         with self._lock:
             self._thread = None
+            self.background = False  # a count handed over late starts no thread again
         self.flush()
 
     def acquired(self, sender: Any, name: str, waited: float = 0.0, **_: Any) -> None:
@@ -230,15 +235,19 @@ def install() -> Recorder:
     ``INSTALLED_APPS``): a recorder installed before is stopped and untapped
     first, so every acquire is recorded once.
     """
-    for old in _installed():
+    olds = _installed()
+    recorder = Recorder(_connect)
+    # first: what the counters hand over from now on is the new recorder's,
+    # never a stopped one's
+    counters.TALLY.on_unwaited = recorder.add_unwaited
+    for old in olds:
         for signal, receiver in _receivers(old):
             signals.untap(signal, receiver)
         old.stop()
         old.forget_exit()
-    recorder = Recorder(_connect)
     for signal, receiver in _receivers(recorder):
-        signals.tap(signal, receiver)  # directly: see signals._TAPS
-    counters.TALLY.on_unwaited = recorder.add_unwaited
+        # directly (see signals._TAPS); an unwaited acquire comes from the counters
+        signals.tap(signal, receiver, counted=signal is signals.lock_acquired)
     return recorder
 
 

@@ -129,7 +129,7 @@ def test_installing_again_replaces_the_recorder(redis_client: redis.Redis) -> No
             signals.untap(signal, receiver)
         for old in before:  # the app's own again, as the other tests expect
             for signal, receiver in hot._receivers(old):
-                signals.tap(signal, receiver)
+                signals.tap(signal, receiver, counted=signal is signals.lock_acquired)
             counters.TALLY.on_unwaited = old.add_unwaited
 
 
@@ -226,22 +226,27 @@ def test_an_acquire_that_did_not_wait_reaches_the_history_through_the_counters(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An uncontended Lock acquire is counted once, with the counters
-    (``counters.acquired_at_once``): no ``lock_acquired`` tap runs for it,
-    and the history gets it at the counters' hand-over, in that minute."""
+    (``counters.acquired_at_once``): the history's own tap (``counted=True``)
+    does not run for it, other taps do, and the history gets it at the
+    counters' hand-over, in that minute."""
     clock = Clock(6000.0)  # minute 100
     rec = recorder(redis_client, clock)
     tally = counters.Tally(background=False)
     tally.on_unwaited = rec.add_unwaited
     monkeypatch.setattr("django_redislock.holds.counters.acquired_at_once", tally.acquired_at_once)
     tapped: list[str] = []
+    counted: list[str] = []
     signals.tap(signals.lock_acquired, lambda **kw: tapped.append(kw["name"]))
+    signals.tap(signals.lock_acquired, lambda **kw: counted.append(kw["name"]), counted=True)
     try:
         for _ in range(3):
             with Lock("sku:free"):
                 pass
     finally:
-        signals.untap(signals.lock_acquired, signals.tapped(signals.lock_acquired)[-1])
-    assert tapped == []
+        for receiver in signals.tapped(signals.lock_acquired)[-2:]:
+            signals.untap(signals.lock_acquired, receiver)
+    assert tapped == ["sku:free"] * 3
+    assert counted == []
     assert not rec._tally  # nothing until the hand-over
     tally.flush()  # the counters' flush hands the history its count
     rec.flush()
@@ -266,3 +271,38 @@ def test_a_failing_history_never_stops_the_counters(
     tally.flush()
     assert redis_client.hget("redislock:{sku:x}:stats", "acquired") == b"1"
     assert "Could not hand the lock history its counts" in caplog.text
+
+
+def test_a_flush_writes_what_the_counters_hold_without_starting_a_thread(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush (at exit too, when Python 3.12 refuses new threads) takes the
+    counters' unwaited acquires and writes them itself: it starts no thread
+    for them."""
+    refused = refuse_threads(monkeypatch, background)
+    clock = Clock(6000.0)
+    rec = hot.Recorder(lambda: (redis_client, "redislock"), clock)
+    tally = counters.Tally(background=False)
+    tally.on_unwaited = rec.add_unwaited
+    monkeypatch.setattr("django_redislock.holds.counters.TALLY", tally)
+    tally.acquired_at_once(redis_client, b"redislock:{sku:exit}:stats", 60_000, "sku:exit")
+    rec.flush()
+    assert refused == []
+    written = redis_client.hgetall(hot.minute_key("redislock", 100))
+    assert written == {b"sku:exit\x1facquired": b"1", b"sku:exit\x1fw0": b"1"}
+
+
+def test_a_stopped_recorder_starts_no_thread_for_a_late_hand_over(
+    redis_client: redis.Redis,
+) -> None:
+    """``install`` points the counters at the new recorder before it stops the
+    old one; a hand-over already on its way to the old one must not start a
+    thread there again (it would never end, and keep the old recorder)."""
+    rec = hot.Recorder(lambda: (redis_client, "redislock"))
+    rec.stop()
+    rec.add_unwaited({"late": 1})
+    assert rec._thread is None
+    rec.flush()
+    assert redis_client.hget(
+        hot.minute_key("redislock", int(time.time() // 60)), "late\x1facquired"
+    )
