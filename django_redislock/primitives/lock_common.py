@@ -36,7 +36,12 @@ from django_redislock.holds.holding import Holding, holder_description, new_toke
 from django_redislock.holds.registry import Handle, HoldKey, Registry
 from django_redislock.holds.watchdog import watchdog
 from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
-from django_redislock.validation import fixed
+from django_redislock.validation import fixed, wait_budget
+
+#: The release script's ARGV for a holder's last level, but its token, and
+#: where the token goes (``LOCK_RELEASE``'s call spec).
+_FINAL_RELEASE = LOCK_RELEASE.args_of(token="", final=1)
+_RELEASE_TOKEN = LOCK_RELEASE.arg_names.index("token")
 
 #: Why a hold found gone when its holder acquired the name again is lost.
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
@@ -112,8 +117,11 @@ class LockBase(Handle, Primitive):
             resolved.settings.stats_ttl_ms,
         )
         # The last level's release: it frees the lock whatever count Redis
-        # holds (see _release_args).
-        holding.release_args = LOCK_RELEASE.args_of(token=token, final=1)
+        # holds (see _release_args). Built from the spec's order once, per call
+        # a copy with this token in its place.
+        args = _FINAL_RELEASE.copy()
+        args[_RELEASE_TOKEN] = token
+        holding.release_args = args
         return holding
 
     @staticmethod
@@ -219,7 +227,7 @@ class LockBase(Handle, Primitive):
         settings = resolved.settings
         if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
-        may_wait, budget = self._wait_budget(blocking, blocking_timeout, settings)
+        may_wait, budget = wait_budget(self, blocking, blocking_timeout, settings)
         hold_key = resolved.hold_key  # self._hold_key(...), built once
         registry = self._registry()
         holding = self._reentry(hold_key, registry)
