@@ -172,6 +172,24 @@ class Options:
         blocking_timeout: float | None,
         auto_renew: bool | None,
     ) -> None:
+        lease, wait = type(timeout), type(blocking_timeout)
+        if (  # the common case, checked at once; anything else by the checks below
+            (
+                timeout is None
+                or ((lease is float or lease is int) and MIN_LEASE <= timeout <= MAX_LEASE)
+            )
+            and (
+                blocking_timeout is None
+                or ((wait is float or wait is int) and 0 <= blocking_timeout <= MAX_LEASE)
+            )
+            and type(blocking) is bool
+            and (auto_renew is None or type(auto_renew) is bool)
+        ):
+            self._timeout = None if timeout is None else float(timeout)
+            self._blocking = blocking
+            self._blocking_timeout = None if blocking_timeout is None else float(blocking_timeout)
+            self._auto_renew = auto_renew
+            return
         self._timeout = check_lease(timeout)
         self._blocking = bool(check_bool(blocking, "blocking", allow_none=False))
         self._blocking_timeout = check_seconds(
