@@ -74,7 +74,11 @@ class Lock(ThreadHandle, LockBase, Guarded):
             auto_renew=auto_renew,
             using=using,
         )
-        self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
+        self._fencing = (
+            fencing
+            if type(fencing) is bool
+            else bool(check_bool(fencing, "fencing", allow_none=False))
+        )
         self._local = threading.local()
 
     # holder state: see holds/registry.py ---------------------------------------------------
