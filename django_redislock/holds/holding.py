@@ -14,7 +14,6 @@ import contextlib
 import functools
 import logging
 import os
-import secrets
 import socket
 import sys
 import threading
@@ -57,7 +56,9 @@ def holder_description() -> str:
 
 
 def new_token() -> str:
-    return secrets.token_hex(16)
+    """128 bits from the OS, in hex: ``secrets.token_hex(16)``, without its
+    three Python calls on every acquire."""
+    return os.urandom(16).hex()
 
 
 class Holding:

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import time
 import weakref
@@ -137,6 +138,8 @@ class Watchdog(Settling):
         reached) then fails the acquire with ``LockError`` before Redis grants
         anything, instead of holding a lease nothing renews.
         """
+        if self._thread is not None and self._life.pid == os.getpid():  # the common case
+            return
         self._forked()
         if self._thread is not None:
             return
