@@ -27,7 +27,7 @@ from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid
 from django_redislock.holds.registry import Registry, current_task, forget_when_done, task_registry
-from django_redislock.primitives.base import AsyncPrimitive
+from django_redislock.primitives.base import AsyncPrimitive, token_of, token_of_async
 from django_redislock.primitives.lock_common import LockBase
 from django_redislock.validation import check_bool
 
@@ -87,24 +87,13 @@ class AsyncLock(LockBase, AsyncPrimitive):
         coroutine, ``await lock.get_fencing_token()`` instead, which does not
         block the event loop.
         """
-        holding = self._holding()
-        if holding is None:
-            return None
-        if holding.fencing_token:
-            return holding.fencing_token
-        return drivers.run(self._fence_steps(holding), holding.client)
+        return token_of(self._holding(), self._fence_steps)
 
     async def get_fencing_token(self) -> int | None:
         """``fencing_token``, awaited: taken (when it is not yet) without
         blocking the event loop. ``None`` when the current task holds nothing;
         ``LockLostError`` when its hold is found gone."""
-        holding = self._holding()
-        if holding is None:
-            return None
-        if holding.fencing_token:
-            return holding.fencing_token
-        steps = self._fence_steps(holding)
-        return await drivers.run_async(steps, AsyncConnection(holding.client))
+        return await token_of_async(self._holding(), self._fence_steps)
 
     async def acquire(
         self, blocking: bool | None = None, blocking_timeout: float | None = None

@@ -20,7 +20,7 @@ from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid
 from django_redislock.holds.registry import forget_when_done
-from django_redislock.primitives.base import AsyncPrimitive
+from django_redislock.primitives.base import AsyncPrimitive, token_of, token_of_async
 from django_redislock.primitives.permits import PermitBase
 
 
@@ -57,24 +57,13 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         trip on the cache's synchronous client: in a coroutine, ``await
         sem.get_fencing_token()`` instead, which does not block the event loop.
         """
-        holding = self._latest()
-        if holding is None:
-            return None
-        if holding.fencing_token:
-            return holding.fencing_token
-        return drivers.run(self._fence_steps(holding), holding.client)
+        return token_of(self._latest(), self._fence_steps)
 
     async def get_fencing_token(self) -> int | None:
         """``fencing_token``, awaited: taken (when it is not yet) without
         blocking the event loop. ``None`` when this task holds no permit;
         ``LockLostError`` when its permit is found gone."""
-        holding = self._latest()
-        if holding is None:
-            return None
-        if holding.fencing_token:
-            return holding.fencing_token
-        steps = self._fence_steps(holding)
-        return await drivers.run_async(steps, AsyncConnection(holding.client))
+        return await token_of_async(self._latest(), self._fence_steps)
 
     async def acquire(
         self, blocking: bool | None = None, blocking_timeout: float | None = None

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django_redislock.backend import client as backend
 from django_redislock.conf import LockSettings, generation, get_settings
+from django_redislock.engine import drivers
 from django_redislock.engine import steps as protocol
 from django_redislock.engine.steps import AcquireResult, Call, Step
 from django_redislock.exceptions import LockBackendError, LockError, LockLostError
@@ -271,6 +272,30 @@ class Primitive(Worded, Options):
         lost = self._lost(holding)
         lost.__cause__ = error
         return lost
+
+
+#: A primitive's fencing-token steps for one of its holds (``_fence_steps``).
+FenceSteps = Callable[[Holding], Generator[Step, Any, int]]
+
+
+def token_of(holding: Holding | None, fence_steps: FenceSteps) -> int | None:
+    """A hold's fencing token, taken now (one owner-checked round trip, a
+    *blocking* one on the hold's synchronous client) when it has none yet:
+    ``fencing_token`` of every primitive that takes it on first use."""
+    if holding is None:
+        return None
+    if holding.fencing_token:
+        return holding.fencing_token
+    return drivers.run(fence_steps(holding), holding.client)
+
+
+async def token_of_async(holding: Holding | None, fence_steps: FenceSteps) -> int | None:
+    """``token_of`` without blocking the event loop (``get_fencing_token``)."""
+    if holding is None:
+        return None
+    if holding.fencing_token:
+        return holding.fencing_token
+    return await drivers.run_async(fence_steps(holding), drivers.AsyncConnection(holding.client))
 
 
 _Async = TypeVar("_Async", bound="AsyncPrimitive")

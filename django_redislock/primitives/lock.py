@@ -33,6 +33,7 @@ from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding
 from django_redislock.holds.registry import ThreadHandle
+from django_redislock.primitives.base import token_of
 from django_redislock.primitives.guarded import Guarded
 from django_redislock.primitives.lock_common import LockBase
 from django_redislock.validation import check_bool
@@ -98,12 +99,7 @@ class Lock(ThreadHandle, LockBase, Guarded):
         round trip. Raises ``LockLostError`` when the hold is found gone: a
         lost hold gets no token.
         """
-        holding = self._holding()
-        if holding is None:
-            return None
-        if holding.fencing_token:
-            return holding.fencing_token
-        return drivers.run(self._fence_steps(holding), holding.client)
+        return token_of(self._holding(), self._fence_steps)
 
     # acquire ----------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from django_redislock.engine import drivers
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid
+from django_redislock.primitives.base import token_of
 from django_redislock.primitives.guarded import Guarded
 from django_redislock.primitives.permits import PermitBase
 
@@ -44,12 +45,7 @@ class PermitPrimitive(PermitBase, Guarded):
         the same token, with no round trip. Raises ``LockLostError`` when the
         permit is found gone: a lost permit gets no token.
         """
-        holding = self._latest()
-        if holding is None:
-            return None
-        if holding.fencing_token:
-            return holding.fencing_token
-        return drivers.run(self._fence_steps(holding), holding.client)
+        return token_of(self._latest(), self._fence_steps)
 
     def acquire(self, blocking: bool | None = None, blocking_timeout: float | None = None) -> bool:
         """Take a permit; ``False`` when none could be had in time.
