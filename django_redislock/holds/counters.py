@@ -52,6 +52,10 @@ class Tally(BackgroundWriter):
     #: Where the acquires that did not wait go for the per-minute history
     #: (``ops/history.install``): handed over at each flush (``hand_over``).
     on_unwaited: Callable[[dict[str, int]], None] | None = None
+    #: Told when the first unwaited acquire since a hand-over is counted (the
+    #: history starts its writing thread then, as its own tally would: at
+    #: exit only a thread already running can make its last write).
+    on_first_unwaited: Callable[[], None] | None = None
 
     def reset(self) -> None:
         """Forget the tally and the thread (a forked child has neither)."""
@@ -74,9 +78,12 @@ class Tally(BackgroundWriter):
             else:
                 entry[2] += 1
             unwaited = self._unwaited
+            first = not unwaited
             unwaited[name] = unwaited.get(name, 0) + 1
             if self._thread is None and self.background:
                 self._start()
+        if first and self.on_first_unwaited is not None:
+            self.on_first_unwaited()
 
     def take_unwaited(self) -> dict[str, int]:
         """The acquires counted by ``acquired_at_once`` since last taken, by

@@ -127,6 +127,14 @@ class Recorder(BackgroundWriter):
             if start and self._thread is None and self.background:
                 self._start()
 
+    def wake(self) -> None:
+        """Start the writing thread, if it does not run (``counters.on_first_unwaited``)."""
+        if self._life.pid != current_pid():
+            self._forked()
+        with self._lock:
+            if self._thread is None and self.background:
+                self._start()
+
     def flush(self, *, last: bool = False) -> None:
         """Write what is tallied, with what the counters hold for the history."""
         if self._tapped():
@@ -240,6 +248,7 @@ def install() -> Recorder:
     # first: what the counters hand over from now on is the new recorder's,
     # never a stopped one's
     counters.TALLY.on_unwaited = recorder.add_unwaited
+    counters.TALLY.on_first_unwaited = recorder.wake
     for old in olds:
         for signal, receiver in _receivers(old):
             signals.untap(signal, receiver)

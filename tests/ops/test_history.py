@@ -131,6 +131,7 @@ def test_installing_again_replaces_the_recorder(redis_client: redis.Redis) -> No
             for signal, receiver in hot._receivers(old):
                 signals.tap(signal, receiver, counted=signal is signals.lock_acquired)
             counters.TALLY.on_unwaited = old.add_unwaited
+            counters.TALLY.on_first_unwaited = old.wake
 
 
 def test_a_hung_redis_holds_the_flush_up_for_the_write_timeout_only(
@@ -306,3 +307,20 @@ def test_a_stopped_recorder_starts_no_thread_for_a_late_hand_over(
     assert redis_client.hget(
         hot.minute_key("redislock", int(time.time() // 60)), "late\x1facquired"
     )
+
+
+def test_the_first_unwaited_acquire_starts_the_history_thread(redis_client: redis.Redis) -> None:
+    """Its counts wait in the counters, but the history's writing thread
+    starts with the first of them, as it did with its own tally: at exit
+    (Python 3.12 starts no thread there) only a running thread makes the
+    last write of a pool with no plain sibling."""
+    rec = hot.Recorder(lambda: (redis_client, "redislock"))
+    tally = counters.Tally(background=False)
+    tally.on_unwaited, tally.on_first_unwaited = rec.add_unwaited, rec.wake
+    assert rec._thread is None
+    tally.acquired_at_once(redis_client, b"redislock:{sku:w}:stats", 60_000, "sku:w")
+    try:
+        assert rec._thread is not None
+    finally:
+        tally.take_unwaited()
+        drain(rec)
