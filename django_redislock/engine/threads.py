@@ -1,7 +1,7 @@
 """One lifecycle for every background thread of the package.
 
 The package runs five kinds of background thread: the watchdog's scheduler and
-lanes (``holds/watchdog.py``), the counters' and history's writers
+lanes (``holds/watchdog.py``, ``holds/lanes.py``), the counters' and history's writers
 (``holds/writer.py``), the janitor that re-sends clean-ups (``engine/bounds.py``),
 the worker pools that bound a command by a deadline (``engine/workers.py``) and
 Redlock's per-server workers (``primitives/redlock/fanout.py``). Each must get

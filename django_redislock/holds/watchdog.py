@@ -8,15 +8,10 @@ release stops being renewed and its lease runs out, as if its process had died
 (and is reported: ``dropped``).
 
 The scheduler decides when a lease is due; the renewal itself is sent from a
-lane, one thread per connection pool the leases are held on (``Renewable.lane``:
-a cache alias's server, a Redlock's set of servers), which exits after
-``IDLE_EXIT`` seconds without work; the renewals waiting in its queue go in one
-script call per batch (``holds/renewals.py``), and are settled by
-``holds/settling.py``. A server that hangs then stalls the renewals of the
-leases held on it, never those held elsewhere: with one thread renewing in
-turn, a renewal stuck on one server until its socket timeout left every other
-lease of the process unrenewed, and they lapsed. A lane that cannot start is
-not fatal: its renewal is sent from the scheduler.
+lane, one thread per connection pool the leases are held on (``holds/lanes.py``),
+so a server that hangs stalls only the renewals of the leases held on it; the
+renewals waiting in a lane go in one script call per batch
+(``holds/renewals.py``), and are settled by ``holds/settling.py``.
 
 A renewal that finds the lease no longer ours, or cannot reach Redis before
 the lease would have ended, marks the holding lost and sends ``lock_lost``; so
@@ -48,30 +43,25 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 
 from django_redislock.engine.threads import Lifecycle
 from django_redislock.exceptions import LockError
 from django_redislock.holds.dropped import DroppedHolds, LostLeases, Report
 from django_redislock.holds.lag import Lag
-from django_redislock.holds.renewals import Renewable, take_batch
+from django_redislock.holds.lanes import Lanes, _Job, _Lane
+from django_redislock.holds.renewals import Renewable
 from django_redislock.holds.schedule import RENEW, Entry, Schedule
-from django_redislock.holds.settling import (
-    RETRY_DELAY,
-    RETRY_LOG_EVERY,
-    Settling,
-    _batch_limit,
-    _due,
-)
+from django_redislock.holds.settling import RETRY_DELAY, RETRY_LOG_EVERY, Settling, _due
 
 logger = logging.getLogger(__name__)
 
-#: Seconds the thread lingers with nothing to renew before it exits.
+#: Seconds the scheduler's thread, or a lane's, lingers with nothing to do
+#: before it exits.
 IDLE_EXIT = 5.0
-#: The scheduler's thread name, and the lanes'.
+#: The scheduler's thread name (the lanes': ``holds/lanes.py``).
 SCHEDULER_THREAD = "django-redislock-watchdog"
-LANE_THREAD = "django-redislock-renewal"
 #: The most renewals a pass hands to the lanes, so a backlog never keeps the
 #: watchdog's lock (which every acquire takes) for long.
 PASS_LIMIT = 4096
@@ -85,23 +75,7 @@ ADMIT_BATCH = 64
 UNWATCHED, ARRIVED, SCHEDULED = 0, 1, 2
 
 
-#: One lane's work: a holding's renewal, or the report of one that never came
-#: back, as the function that takes the entries of such jobs, and the entry.
-_Work = Callable[[list[Entry]], None]
-_Job = tuple[_Work, Entry]
-
-
-class _Lane:
-    """One lane's jobs, waiting for its thread (under the watchdog's lock)."""
-
-    __slots__ = ("jobs", "ready")
-
-    def __init__(self, lock: threading.Lock) -> None:
-        self.jobs: deque[_Job] = deque()
-        self.ready = threading.Condition(lock)
-
-
-class Watchdog(Settling):
+class Watchdog(Settling, Lanes):
     def __init__(self) -> None:
         self._reset()
         self._life = Lifecycle(SCHEDULER_THREAD, self._reset)
@@ -275,6 +249,11 @@ class Watchdog(Settling):
             self._admit()
             return self._schedule.census(now)
 
+    def _idle_exit(self) -> float:
+        """``IDLE_EXIT`` for a lane (``Lanes``): one setting for both kinds of
+        thread, read each time one waits."""
+        return IDLE_EXIT
+
     def _run(self) -> None:
         """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
         (a logging handler's error) is logged and the next goes on: the thread
@@ -357,63 +336,6 @@ class Watchdog(Settling):
             else:
                 due_now.setdefault(("overdue", lane), []).append((self._overdue, entry))
         return due_now, earliest
-
-    def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
-        """Run ``jobs`` in ``lane``'s thread, after that lane's earlier jobs and
-        beside other lanes'; here, when no thread can start for it."""
-        with self._lock:
-            queue = self._lanes.get(lane)
-            if queue is None:
-                queue = _Lane(self._lock)
-                if self._life.start(self._serve, lane, queue, name=LANE_THREAD) is None:
-                    queue = None  # renewed in the watchdog's own thread, below
-                else:
-                    self._lanes[lane] = queue
-            if queue is not None:
-                queue.jobs.extend(jobs)
-                queue.ready.notify()
-                return
-        left = deque(jobs)
-        while left:
-            work, entries = take_batch(left, _batch_limit())
-            try:
-                work(entries)
-            except BaseException as exc:  # SystemExit from a receiver: the scheduler must go on
-                logger.warning("A lease renewal stopped: %r", exc)
-
-    def _serve(self, lane: Hashable, queue: _Lane) -> None:
-        """A lane's thread: its jobs in order, until idle for ``IDLE_EXIT``;
-        those of one kind waiting together at once (``take_batch``)."""
-        try:
-            while True:
-                with self._lock:
-                    if not queue.jobs:
-                        queue.ready.wait(IDLE_EXIT)
-                        if not queue.jobs:
-                            return
-                    work, entries = take_batch(queue.jobs, _batch_limit())
-                try:
-                    work(entries)
-                except Exception:  # a lane must survive anything, as the scheduler does
-                    logger.exception("Lease renewal crashed")
-                except BaseException as exc:  # SystemExit from a lock_lost receiver
-                    logger.warning("A lease renewal thread stopped: %r", exc)
-                    return  # what it does to a thread; the jobs left go to a new one
-                entries = []  # this frame idles next: it keeps no job's references
-        finally:
-            self._leave(lane, queue)
-
-    def _leave(self, lane: Hashable, queue: _Lane) -> None:
-        """A lane's thread ends (idle, or killed by ``SystemExit`` from a
-        ``lock_lost`` receiver): the next job starts a new one, and jobs left
-        in its queue go there."""
-        with self._lock:
-            if self._lanes.get(lane) is queue:
-                del self._lanes[lane]
-            left = list(queue.jobs)
-            queue.jobs.clear()
-        if left:
-            self._dispatch(lane, left)
 
 
 watchdog = Watchdog()

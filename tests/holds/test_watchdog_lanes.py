@@ -16,6 +16,7 @@ from django.test import override_settings
 
 from django_redislock import Lock, LockLostError, Semaphore
 from django_redislock import signals as lock_signals
+from django_redislock.holds import lanes as lanes_module
 from django_redislock.holds import watchdog as watchdog_module
 from tests.engine.test_hung_server import Pausable
 from tests.holds.test_counters import counters_of
@@ -119,7 +120,7 @@ def test_a_lane_that_cannot_start_renews_from_the_scheduler(
 ) -> None:
     renewable = _Renewable(enough=2)
     dog.ensure_running()  # the scheduler starts; no thread after it can
-    refused = refuse_threads(monkeypatch, watchdog_module)
+    refused = refuse_threads(monkeypatch, watchdog_module, lanes_module)
     dog.watch(renewable)
     try:
         assert renewable.renewed.wait(5)
@@ -324,7 +325,7 @@ def test_systemexit_in_the_scheduler_itself_leaves_it_running(
     nothing in the process was renewed or reported again."""
 
     dog.ensure_running()  # the scheduler starts; no lane can
-    refuse_threads(monkeypatch, watchdog_module)
+    refuse_threads(monkeypatch, watchdog_module, lanes_module)
     gone = GoneAndExits()
     dog.watch(gone)
     assert gone.told.wait(5)

@@ -13,19 +13,20 @@ if TYPE_CHECKING:
     from django_redislock.holds.watchdog import Watchdog
 
 
-def refuse_threads(monkeypatch: pytest.MonkeyPatch, module: ModuleType) -> list[threading.Thread]:
-    """Make every thread ``module``'s code starts fail to (``RuntimeError``, as
+def refuse_threads(monkeypatch: pytest.MonkeyPatch, *modules: ModuleType) -> list[threading.Thread]:
+    """Make every thread ``modules``' code starts fail to (``RuntimeError``, as
     CPython says "can't start new thread"); the list gets each one refused.
 
     Every background thread of the package starts through one lifecycle
-    (``engine/threads.py``); only those whose target is ``module``'s code are
-    refused: other threads of the test process start as usual."""
+    (``engine/threads.py``); only those whose target is one of ``modules``'
+    code are refused: other threads of the test process start as usual."""
     refused: list[threading.Thread] = []
+    names = {module.__name__ for module in modules}
 
     class Refused(threading.Thread):
         def start(self) -> None:
             target = getattr(self, "_target", None)
-            if getattr(target, "__module__", None) != module.__name__:
+            if getattr(target, "__module__", None) not in names:
                 super().start()
                 return
             refused.append(self)
@@ -51,10 +52,11 @@ def wait_idle(dog: Watchdog | None = None) -> None:
 
 
 def no_watchdog_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The watchdog's thread gone idle, and none that can start."""
+    """The watchdog's thread gone idle, and none that can start (nor a lane's)."""
+    from django_redislock.holds import lanes as lanes_module
     from django_redislock.holds import watchdog as watchdog_module
 
     monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.1)
     wait_idle()
     assert watchdog_module.watchdog._thread is None
-    refuse_threads(monkeypatch, watchdog_module)
+    refuse_threads(monkeypatch, watchdog_module, lanes_module)
