@@ -63,12 +63,15 @@ class Tally(BackgroundWriter):
         self._pending: dict[tuple[int, bytes], list[Any]] = {}
         self._unwaited: dict[str, int] = {}
 
-    def acquired_at_once(self, client: Any, stats_key: bytes, ttl_ms: int, name: str) -> None:
+    def acquired_at_once(
+        self, client: Any, stats_key: bytes, ttl_ms: int, name: str, pid: int | None = None
+    ) -> None:
         """Count one acquire that did not wait, of ``name``, for its counters
         and for the per-minute history (``hand_over``): one increment under
         one lock, instead of the history's own tally behind ``lock_acquired``,
-        on the path most acquires take."""
-        if self._life.pid != current_pid():
+        on the path most acquires take. ``pid``: this process's, when the
+        caller has just asked."""
+        if self._life.pid != (pid or current_pid()):
             self._forked()
         key = (id(client), stats_key)
         with self._lock:

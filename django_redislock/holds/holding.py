@@ -47,10 +47,11 @@ def _holder_prefix(pid: int) -> str:
     return f"{_hostname()}:{pid}:"
 
 
-def holder_description() -> str:
+def holder_description(pid: int | None = None) -> str:
     """Who holds a lock, for operators: ``host:pid:thread``, then ``" | "`` and
-    what it runs when known (``context.current``)."""
-    who = _holder_prefix(os.getpid()) + threading.current_thread().name
+    what it runs when known (``context.current``). ``pid``: this process's,
+    when the caller has just asked (each ``os.getpid()`` is a system call)."""
+    who = _holder_prefix(os.getpid() if pid is None else pid) + threading.current_thread().name
     what = context.current()
     return who if what is None else who + context.SEPARATOR + what
 
@@ -112,7 +113,9 @@ class Holding:
         sigprefix: str | bytes = "",
         stats_key: bytes | None = None,
         stats_ttl_ms: int = 0,
+        pid: int | None = None,
     ) -> None:
+        """``pid``: this process's, when the caller has it (see ``holder_description``)."""
         self.sender = sender
         self.stats_key = stats_key
         self.stats_ttl_ms = stats_ttl_ms
@@ -122,7 +125,7 @@ class Holding:
         self.client = client
         self.lease = lease
         self.depth = 1
-        self.pid = os.getpid()
+        self.pid = os.getpid() if pid is None else pid
         self.fencing_token = fencing_token
         self.acquired_at = time.monotonic()
         self.holder = holder  # as the acquire described it (holder_description)

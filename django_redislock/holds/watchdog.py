@@ -105,14 +105,15 @@ class Watchdog(Settling, Lanes):
         a parent's thread may have held: the parent's thread is not here."""
         self._life.forked()
 
-    def ensure_running(self) -> None:
+    def ensure_running(self, pid: int | None = None) -> None:
         """Start the thread before an acquire that will need it.
 
         A process that cannot start a thread (its thread, pid or memory limit
         reached) then fails the acquire with ``LockError`` before Redis grants
-        anything, instead of holding a lease nothing renews.
+        anything, instead of holding a lease nothing renews. ``pid``: this
+        process's, when the caller has just asked.
         """
-        if self._thread is not None and self._life.pid == os.getpid():  # the common case
+        if self._thread is not None and self._life.pid == (pid or os.getpid()):  # the common case
             return
         self._forked()
         if self._thread is not None:

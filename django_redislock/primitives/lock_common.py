@@ -97,8 +97,10 @@ class LockBase(Handle, Primitive):
         started: float,
         fence: int,
         keys: list[bytes],
+        pid: int | None = None,
     ) -> Holding:
-        """``keys``: the release script's KEYS for this holding."""
+        """``keys``: the release script's KEYS for this holding; ``pid``: this
+        process's, when the acquire has it."""
         holding = Holding(  # positionally: Holding's own order, a keyword call is slower
             type(self),  # sender
             self._name,  # name
@@ -115,6 +117,7 @@ class LockBase(Handle, Primitive):
             "",  # sigprefix: a Lock's is worked out from its key
             resolved.stats_key,
             resolved.settings.stats_ttl_ms,
+            pid,
         )
         # The last level's release: it frees the lock whatever count Redis
         # holds (see _release_args). Built from the spec's order once, per call
@@ -225,11 +228,12 @@ class LockBase(Handle, Primitive):
         when it was freed since or is already this token's (a SET whose
         reply was lost, and which redis-py's retry sent again)."""
         settings = resolved.settings
+        registry = self._registry()
+        pid = registry.pid  # this process's: the registry just checked (one system call)
         if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
-            watchdog.ensure_running()
+            watchdog.ensure_running(pid)
         may_wait, budget = wait_budget(self, blocking, blocking_timeout, settings)
         hold_key = resolved.hold_key  # self._hold_key(...), built once
-        registry = self._registry()
         holding = self._reentry(hold_key, registry)
         begun = time.monotonic()
         deadline = None if budget is None else begun + budget
@@ -238,7 +242,7 @@ class LockBase(Handle, Primitive):
         ):
             return HELD_RESULT
 
-        token, holder = new_token(), holder_description()
+        token, holder = new_token(), holder_description(pid)
         since_ms = int(time.time() * 1000)
         keys = resolved.keys_for(LOCK_RELEASE)
         if not self._fencing:
@@ -252,7 +256,7 @@ class LockBase(Handle, Primitive):
                 yield from protocol.interrupted(self.name, self._cancel(keys, token), deadline, exc)
                 raise  # pragma: no cover - interrupted() raises
             if took:
-                holding = self._new_holding(token, holder, resolved, begun, 0, keys)
+                holding = self._new_holding(token, holder, resolved, begun, 0, keys, pid)
                 self._held_at_once(hold_key, holding, resolved, registry)
                 return HELD_RESULT
         return (
@@ -344,7 +348,7 @@ class LockBase(Handle, Primitive):
             signals.announce_acquired(self, 0.0, None)
             return
         ttl_ms = resolved.settings.stats_ttl_ms
-        counters.acquired_at_once(resolved.client, stats_key, ttl_ms, self.name)
+        counters.acquired_at_once(resolved.client, stats_key, ttl_ms, self.name, holding.pid)
         signals.announce_acquired(self, 0.0, None, counted=True)
 
     def _held(
