@@ -61,7 +61,7 @@ def alock(op: Op) -> None:
     handle = AsyncLock("lock", **_options(op))
 
     async def body() -> None:
-        token = handle.fencing_token
+        token = await handle.get_fencing_token()  # the property would block the loop
         op.log("token", res="lock", token=token)
         await _asleep(op.plan.work[0])
         await op.armw("lock", token)
@@ -91,7 +91,7 @@ def asemaphore(op: Op) -> None:
     handle = AsyncSemaphore("sem", 2, **_options(op))
 
     async def body() -> None:
-        token = handle.fencing_token
+        token = await handle.get_fencing_token()  # the property would block the loop
         op.log("token", res="sem", token=token)
         await _asleep(op.plan.work[0])
         await op.armw("sem", token)
