@@ -51,7 +51,7 @@ def holder_description(pid: int | None = None) -> str:
     """Who holds a lock, for operators: ``host:pid:thread``, then ``" | "`` and
     what it runs when known (``context.current``). ``pid``: this process's,
     when the caller has just asked (each ``os.getpid()`` is a system call)."""
-    who = _holder_prefix(os.getpid() if pid is None else pid) + threading.current_thread().name
+    who = _holder_prefix(pid or os.getpid()) + threading.current_thread().name
     what = context.current()
     return who if what is None else who + context.SEPARATOR + what
 
@@ -125,7 +125,7 @@ class Holding:
         self.client = client
         self.lease = lease
         self.depth = 1
-        self.pid = os.getpid() if pid is None else pid
+        self.pid = pid or os.getpid()
         self.fencing_token = fencing_token
         self.acquired_at = time.monotonic()
         self.holder = holder  # as the acquire described it (holder_description)
