@@ -295,9 +295,9 @@ def test_dashboard_under_shop_load(tmp_path: Path, redis_url: str, browser: Any)
                 login(page, url, "admin", "redislock-demo")
             page = pages["light"]
             # wait until the queue behind the hot SKU shows with its waiters'
-            # context, read afresh: on a loaded CI machine the open page's own
-            # refreshes queue behind the buyers' requests, and the load can be
-            # over before one lands
+            # context, in the page as the server renders it (the page's live
+            # refresh of it is test_e2e_dashboard.py's; it failed here once a
+            # semaphore was held, test_a_refresh_shows_a_kind_without_counters)
             deadline = time.monotonic() + 30
             while not page.locator('tr[data-name="sku:1"] ol.queue li .runs').count():
                 assert time.monotonic() < deadline, "sku:1 never showed its queue"

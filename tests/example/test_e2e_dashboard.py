@@ -116,6 +116,37 @@ def test_ttl_follows_the_server_and_the_data_shows_its_age(
         steady.release()
 
 
+def test_a_refresh_shows_a_kind_without_counters(
+    admin_user: Any, live_server: Any, browser: Any
+) -> None:
+    """A refresh that brought a row of a kind with no per-name counters (a
+    semaphore) failed with "Cannot access 'labels' before initialization":
+    the page showed that error instead of its rows for as long as one was
+    held, all through the example shop's ``shop_load`` (its payment semaphore)."""
+    from django_redislock import Semaphore
+
+    permits = Semaphore("live:payments", 2, timeout=60, auto_renew=False)
+    lock = Lock("live:counted", timeout=60, auto_renew=False)
+    assert permits.acquire() and lock.acquire()
+    page = open_dashboard(browser, live_server.url)
+    try:
+        page.wait_for_function(  # a refresh rendered (the page's own rows were the server's)
+            "n => document.getElementById('redislock-table').dataset.refreshed > n",
+            arg=page.evaluate(
+                "() => Number(document.getElementById('redislock-table').dataset.refreshed || 0)"
+            ),
+            timeout=15_000,
+        )
+        assert page.locator("#redislock-error").is_hidden()
+        counters = page.locator('#redislock-table tr[data-name="live:payments"] td.counters')
+        assert counters.inner_text().strip() == "not counted"
+        assert page.locator('#redislock-table tr[data-name="live:counted"] td.counters dl').count()
+    finally:
+        page.close()
+        permits.release()
+        lock.release()
+
+
 def test_a_busy_lock_handed_over_all_the_time_looks_healthy(
     admin_user: Any, live_server: Any, browser: Any
 ) -> None:

@@ -172,10 +172,12 @@
     }
     const cell = td("counters", "");
     const c = row.counters || {};
-    const labels = table.dataset.labelCounters.split(",");
+    // not `labels`: that name is the page's labels above, which a kind
+    // without counters reads in this function before this line
+    const names = table.dataset.labelCounters.split(",");
     const values = [c.acquired || 0, c.contended || 0, c.lost || 0, (c.wait_ms || 0) + " ms"];
     const list = document.createElement("dl");
-    labels.forEach(function (label, i) {
+    names.forEach(function (label, i) {
       const dt = document.createElement("dt");
       dt.textContent = label;
       const dd = document.createElement("dd");
