@@ -132,6 +132,25 @@ def test_another_thread_releasing_gets_not_owned(other_thread: OtherThread) -> N
         assert lock.owned()
 
 
+def test_one_handle_used_by_two_threads_keeps_each_threads_holds_apart(
+    other_thread: OtherThread,
+) -> None:
+    """A handle keeps its first thread's holds in itself and any other
+    thread's apart (``ThreadHandle``): whichever thread used it first, each
+    releases only its own, and a name one holds is refused to the other."""
+    lock = Lock("handle-shared", blocking_timeout=0.2)
+    assert other_thread(lock.acquire)  # the other thread uses it first
+    assert not lock.acquire()  # this thread's turn: held by that one
+    with pytest.raises(LockNotOwnedError):
+        lock.release()
+    assert not lock.owned() and other_thread(lock.owned)
+    other_thread(lock.release)
+    with lock:  # now this thread's, through the same handle
+        assert lock.owned() and not other_thread(lock.owned)
+        assert other_thread(lock.acquire, blocking=False) is False
+    assert not lock.owned()
+
+
 def test_threads_of_one_process_still_exclude_each_other(other_thread: OtherThread) -> None:
     with Lock("shared"):
         assert other_thread(Lock("shared").acquire, blocking=False) is False

@@ -266,6 +266,32 @@ def test_a_thread_that_ends_holding_is_reported_by_the_watchdog(
     assert not [t for t in threading.enumerate() if t.name.startswith("Dummy")]
 
 
+def test_a_thread_that_ends_holding_through_a_handle_kept_elsewhere_is_reported(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The handle outlives the thread, which used it first (``ThreadHandle``
+    keeps that thread's holds in the handle): what the thread held goes with
+    the thread all the same, as a ``threading.local``'s value would."""
+    import gc
+
+    from django_redislock.holds.watchdog import watchdog
+
+    caplog.set_level(logging.WARNING, logger="django_redislock")
+    kept = Lock("ended-kept", timeout=30)  # no renewal due while the test runs
+    worker = threading.Thread(target=kept.acquire)
+    worker.start()
+    worker.join()
+    gc.collect()
+    assert watchdog.watching() == 0  # not renewed: nothing can release it now
+    assert not kept.owned()
+    with Lock("ended-kept-next"):  # the next acquire reports it, if the watchdog has not
+        pass
+    (record,) = dropped_reports(caplog, "ended-kept")
+    assert "lock 'ended-kept' held by " in record.getMessage()
+    kept.acquire(blocking=False)  # the handle is this thread's now: the lease still runs
+    assert not kept.owned()
+
+
 def test_holds_released_lost_or_unrenewed_are_dropped_quietly(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:

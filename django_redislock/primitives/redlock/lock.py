@@ -15,7 +15,6 @@ the lock-script calls made there), ``redlock_holding`` (renewal on a majority).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Sequence
 
@@ -101,7 +100,6 @@ class Redlock(ThreadHandle, Guarded, Options):
         check_lease(timeout)
         self._set_options(timeout, blocking, blocking_timeout, auto_renew)
         self._using = check_aliases(using)
-        self._local = threading.local()
         self._keys: tuple[str, list[str]] | None = None
 
     def __repr__(self) -> str:
