@@ -58,7 +58,7 @@ class Registry(Generic[_H]):
     handles dropped) stays until its key is used again or the registry grows
     past ``prune_at``."""
 
-    __slots__ = ("__weakref__", "handles", "held", "pid", "prune_at")
+    __slots__ = ("handles", "held", "pid", "prune_at")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -161,10 +161,8 @@ class Handle:
     holder's hold of the name taken through another handle (``_registry``).
     """
 
-    def _entered(self, registry: Registry[Holding] | None = None) -> list[Holding]:
-        """The holds this handle took or re-entered in the current holder,
-        latest last; ``registry``: the holder's (``_registry()``), when the
-        caller has it."""
+    def _entered(self) -> list[Holding]:
+        """The holds this handle took or re-entered in the current holder, latest last."""
         raise NotImplementedError
 
     def _registry(self) -> Registry[Holding]:
@@ -221,7 +219,7 @@ class Handle:
         """Record a new or re-entered hold for this handle and its holder."""
         if holding.depth == 1:
             (registry or self._registry()).put(key, holding)
-        self._entered(registry).append(holding)
+        self._entered().append(holding)
 
     def _left(self, holding: Holding, entered: list[Holding] | None = None) -> None:
         """After a release of ``holding`` through this handle, whatever its
@@ -239,49 +237,18 @@ class Handle:
             entered.pop()
 
 
-class _Entered(list["Holding"]):
-    """A handle's list of what it entered in its first thread; emptied when
-    that thread's registry goes (the thread ended, or this is a forked child),
-    as a ``threading.local``'s value goes with its thread."""
-
-    __slots__ = ()
-
-    def __call__(self, _registry: weakref.ref[Registry[Any]]) -> None:
-        self.clear()
-
-
 class ThreadHandle(Handle):
     """A handle whose holder is the current thread (``Lock``, ``Redlock``).
 
-    What a handle entered is kept per thread. Nearly every handle is used by
-    one thread only (a new ``Lock`` per request), so the first thread to use
-    it keeps its list in the handle (``_own``: a weak reference to that
-    thread's registry, and the list), and only another thread's goes in a
-    ``threading.local``, made when one first needs it: building one per
-    handle cost a per-use acquire more than any step of its own. The list
-    lives no longer than the thread that filled it, as it would in a
-    ``threading.local``: a thread that ended holding leaves its holds to
-    the collector (``Holding.__del__``), even while the handle lives."""
+    ``_local``, a ``threading.local`` made when the handle is built, keeps
+    what this handle entered in each thread."""
 
-    def _entered(self, registry: Registry[Holding] | None = None) -> list[Holding]:
-        if registry is None:
-            registry = thread_registry()
-        state = self.__dict__
-        own = state.get("_own")
-        if own is None:  # the first thread claims it; setdefault: one of two at once
-            entered = _Entered()
-            own = state.setdefault("_own", (weakref.ref(registry, entered), entered))
-        if own[0]() is registry:
-            return own[1]  # type: ignore[no-any-return]
-        return self._entered_elsewhere()
+    _local: threading.local
 
-    def _entered_elsewhere(self) -> list[Holding]:
-        """A thread's other than the one that used this handle first."""
-        state = self.__dict__
-        local = state.get("_local") or state.setdefault("_local", threading.local())
-        entered: list[Holding] | None = getattr(local, "entered", None)
+    def _entered(self) -> list[Holding]:
+        entered: list[Holding] | None = getattr(self._local, "entered", None)
         if entered is None or (entered and entered[0].pid != os.getpid()):
-            entered = local.entered = []  # new thread, or inherited through fork()
+            entered = self._local.entered = []  # new thread, or inherited through fork()
         return entered
 
     def _registry(self) -> Registry[Holding]:

@@ -61,7 +61,7 @@ class AsyncLock(LockBase, AsyncPrimitive):
             weakref.WeakKeyDictionary()
         )
 
-    def _entered(self, registry: Registry[Holding] | None = None) -> list[Holding]:
+    def _entered(self) -> list[Holding]:
         task = current_task("AsyncLock")
         entered = self._entered_by.get(task)
         if entered is None or (entered and entered[0].pid != current_pid()):

@@ -21,6 +21,7 @@ runs out with waiters queued leaves it free until the first waiter re-checks
 
 from __future__ import annotations
 
+import threading
 import time
 
 from django_redislock import signals
@@ -79,6 +80,7 @@ class Lock(ThreadHandle, LockBase, Guarded):
             if type(fencing) is bool
             else bool(check_bool(fencing, "fencing", allow_none=False))
         )
+        self._local = threading.local()
 
     # holder state: see holds/registry.py ---------------------------------------------------
 

@@ -135,9 +135,9 @@ def test_another_thread_releasing_gets_not_owned(other_thread: OtherThread) -> N
 def test_one_handle_used_by_two_threads_keeps_each_threads_holds_apart(
     other_thread: OtherThread,
 ) -> None:
-    """A handle keeps its first thread's holds in itself and any other
-    thread's apart (``ThreadHandle``): whichever thread used it first, each
-    releases only its own, and a name one holds is refused to the other."""
+    """A handle keeps what each thread entered through it apart
+    (``ThreadHandle``): whichever thread used it first, each releases only
+    its own, and a name one holds is refused to the other."""
     lock = Lock("handle-shared", blocking_timeout=0.2)
     assert other_thread(lock.acquire)  # the other thread uses it first
     assert not lock.acquire()  # this thread's turn: held by that one

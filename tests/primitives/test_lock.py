@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import logging
 import math
 import re
@@ -14,9 +15,11 @@ from django.test import override_settings
 from django_redislock import Lock, LockBackendError, LockLostError, LockNotOwnedError, LockTimeout
 from django_redislock import signals as lock_signals
 from django_redislock.backend.values import parse_lock_value
-from django_redislock.holds.watchdog import SCHEDULER_THREAD
+from django_redislock.holds.watchdog import SCHEDULER_THREAD, watchdog
+from tests.settings import redis_cache
 from tests.support.other_holders import OtherThread
 from tests.support.renewals import hold_back_renewals
+from tests.support.servers import free_port
 from tests.support.signals_helper import capture
 
 
@@ -269,9 +272,8 @@ def test_a_thread_that_ends_holding_is_reported_by_the_watchdog(
 def test_a_thread_that_ends_holding_through_a_handle_kept_elsewhere_is_reported(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The handle outlives the thread, which used it first (``ThreadHandle``
-    keeps that thread's holds in the handle): what the thread held goes with
-    the thread all the same, as a ``threading.local``'s value would."""
+    """The handle outlives the thread, which used it first: what the thread
+    entered through it goes with the thread all the same (``ThreadHandle``)."""
     import gc
 
     from django_redislock.holds.watchdog import watchdog
@@ -290,6 +292,42 @@ def test_a_thread_that_ends_holding_through_a_handle_kept_elsewhere_is_reported(
     assert "lock 'ended-kept' held by " in record.getMessage()
     kept.acquire(blocking=False)  # the handle is this thread's now: the lease still runs
     assert not kept.owned()
+
+
+def test_a_thread_that_ends_holding_lets_go_even_if_an_exception_of_it_is_kept(
+    redis_url: str,
+) -> None:
+    """The holds a thread entered through a handle go with the thread, not
+    with anything else of the thread's: here its registry, kept alive by
+    the traceback of an acquire that failed in it (a kept error, as a
+    ``Future`` or an error log keeps one), which a handle that tied its
+    first thread's holds to that registry let live on, renewed."""
+    caches = {
+        "default": redis_cache(redis_url),
+        "down": redis_cache(f"redis://127.0.0.1:{free_port()}/0"),
+    }
+    kept = Lock("kept-handle", timeout=30)
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        assert kept.acquire()  # then the thread ends without releasing it
+        try:
+            Lock("elsewhere", using="down").acquire()  # a server that is down
+        except LockBackendError as exc:
+            errors.append(exc)  # kept by the caller, e.g. for a later report
+
+    with override_settings(CACHES=caches):
+        worker = threading.Thread(target=work)
+        worker.start()
+        worker.join()
+    gc.collect()
+    assert len(errors) == 1
+    # the thread is gone: nothing can release 'kept-handle' any more
+    assert watchdog.watching() == 0, "a dead thread's hold is still renewed"
+    assert not kept.owned()
+    errors.clear()  # the traceback goes: only now is the hold let go
+    gc.collect()
+    assert watchdog.watching() == 0
 
 
 def test_holds_released_lost_or_unrenewed_are_dropped_quietly(

@@ -15,6 +15,7 @@ the lock-script calls made there), ``redlock_holding`` (renewal on a majority).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 
@@ -100,6 +101,7 @@ class Redlock(ThreadHandle, Guarded, Options):
         check_lease(timeout)
         self._set_options(timeout, blocking, blocking_timeout, auto_renew)
         self._using = check_aliases(using)
+        self._local = threading.local()
         self._keys: tuple[str, list[str]] | None = None
 
     def __repr__(self) -> str:
