@@ -68,14 +68,10 @@ def flush_tallies() -> None:
     """Write what ``Lock`` tallied in this process (counters and history),
     which its background threads would otherwise write about once a second,
     during whichever library's block was running then."""
-    from django.apps import apps
 
     from django_redislock.holds import counters
 
     counters.flush()
-    recorder = getattr(apps.get_app_config("django_redislock"), "hot_recorder", None)
-    if recorder is not None:
-        recorder.flush()
 
 
 def _then_flushed(run: Callable[[], tuple[Any, int]]) -> Callable[[], tuple[Any, int]]:

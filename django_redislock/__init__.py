@@ -19,10 +19,14 @@ from django_redislock.exceptions import (
     LockError,
     LockLostError,
     LockNotOwnedError,
+    LockPoolExhausted,
     LockTimeout,
 )
 from django_redislock.fencing import FenceField, fenced_update
+from django_redislock.once import idempotent
+from django_redislock.primitives.async_leadership import AsyncLeadership
 from django_redislock.primitives.async_lock import AsyncLock
+from django_redislock.primitives.leadership import Leadership
 from django_redislock.primitives.lock import Lock
 from django_redislock.primitives.multilock import MultiLock
 from django_redislock.primitives.rwlock import AsyncReadWriteLock, ReadWriteLock
@@ -34,24 +38,28 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ALREADY_RUNNING",
+    "AsyncLeadership",
     "AsyncLock",
     "AsyncReadWriteLock",
     "AsyncSemaphore",
     "FenceField",
     "HolderInfo",
     "InsufficientStock",
+    "Leadership",
     "Lock",
     "LockBackendError",
     "LockBackendTimeout",
     "LockError",
     "LockLostError",
     "LockNotOwnedError",
+    "LockPoolExhausted",
     "LockTimeout",
     "MultiLock",
     "ReadWriteLock",
     "Redlock",
     "Semaphore",
     "fenced_update",
+    "idempotent",
     "require_lock",
     "require_slot",
     "single_run",

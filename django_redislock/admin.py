@@ -3,7 +3,8 @@
 One page under the ``HeldLock`` entry of the admin index, a staff-only JSON
 endpoint it refreshes from, and a force-release confirmation step. Built with
 ``ModelAdmin.get_urls`` and ``admin_site.admin_view`` (login, staff and CSRF
-handling come from the admin); nothing is loaded from the network.
+handling come from the admin); nothing is loaded from the network. Also
+where ``EditLeaseMixin`` (``editing/``) is imported from.
 """
 
 from __future__ import annotations
@@ -26,10 +27,12 @@ from django.views.decorators.http import require_GET, require_http_methods
 
 from django_redislock.backend import client as backend
 from django_redislock.conf import get_settings
+from django_redislock.editing.mixin import EditLeaseMixin
 from django_redislock.models import HeldLock
 from django_redislock.ops import audit, charts, dashboard, inspection
 from django_redislock.ops.common import OpsError, Page, check_name_arg, connect, describe_error
 
+__all__ = ["EditLeaseMixin", "HeldLockAdmin"]
 #: Rows per dashboard page.
 PER_PAGE = 100
 #: How often the page refreshes from the server, in milliseconds.
@@ -135,7 +138,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         try:
             page, now, rows = self._page(request)
             context.update(self._hot_context(request))
-        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+        except backend.backend_errors_and(OpsError) as exc:
             context["error"] = self._error(exc)
             return TemplateResponse(request, "admin/django_redislock/dashboard.html", context)
         context.update(
@@ -173,7 +176,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _hot(self, request: HttpRequest) -> HttpResponse:
         try:
             context = self._hot_context(request)
-        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+        except backend.backend_errors_and(OpsError) as exc:
             context = {"hot_error": self._error(exc)}
         return TemplateResponse(request, "admin/django_redislock/hot.html", context)
 
@@ -206,7 +209,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _data(self, request: HttpRequest) -> HttpResponse:
         try:
             page, now, rows = self._page(request)
-        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+        except backend.backend_errors_and(OpsError) as exc:
             return JsonResponse({"error": self._error(exc)}, status=503)
         return JsonResponse(
             {
@@ -302,7 +305,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             info = kind.describe(client, prefix, name)
             if info is not None and request.method == "POST":
                 released, info = self._clear(client, prefix, kind, info, confirmed)
-        except (OpsError, *backend.BACKEND_ERRORS) as exc:
+        except backend.backend_errors_and(OpsError) as exc:
             messages.error(request, self._error(exc))
             return HttpResponseRedirect(changelist)
         labels = {"kind": kind.kind, "name": name}

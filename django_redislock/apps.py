@@ -11,6 +11,3 @@ class RedisLockConfig(AppConfig):
 
     def ready(self) -> None:
         from django_redislock import checks  # noqa: F401 - registers the system checks
-        from django_redislock.ops.history import install
-
-        self.hot_recorder = install()

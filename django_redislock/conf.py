@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "REDLOCK": [],
     "STATS": True,
     "RENEWAL_BATCH": 256,
+    "MAX_HOLD": None,
 }
 
 
@@ -45,6 +46,8 @@ class LockSettings:
     stats_ttl_ms: int = 3_600_000
     #: The most lease renewals the watchdog sends in one Redis call.
     renewal_batch: int = 256
+    #: Seconds after its acquire the watchdog stops renewing a hold (``None``: never).
+    max_hold: float | None = None
 
 
 #: ``STATS = True`` keeps a name's counters for an hour after its last activity.
@@ -160,6 +163,18 @@ def _check_renewal_batch(value: Any) -> Problem | None:
     )
 
 
+def _check_max_hold(value: Any) -> Problem | None:
+    if value is None or (_finite(value) and 0 < value <= MAX_LEASE):
+        return None
+    return Problem(
+        "E029",
+        f"REDISLOCK['MAX_HOLD'] must be None (no cap) or a positive finite number of "
+        f"seconds, at most a year, not {value!r}.",
+        "The watchdog stops renewing a hold that long after its acquire; None (the "
+        "default) renews a live holder for as long as it holds.",
+    )
+
+
 #: One check per key, in the order of ``DEFAULTS``; each says what is wrong with
 #: its value, so ``manage.py check`` and the first use report the same problems.
 _CHECKS: dict[str, Callable[[Any], Problem | None]] = {
@@ -171,6 +186,7 @@ _CHECKS: dict[str, Callable[[Any], Problem | None]] = {
     "REDLOCK": _check_redlock,
     "STATS": _check_stats,
     "RENEWAL_BATCH": _check_renewal_batch,
+    "MAX_HOLD": _check_max_hold,
 }
 
 
@@ -251,6 +267,7 @@ class _SettingsCache:
             stats=merged["STATS"] is not False,
             stats_ttl_ms=_stats_ttl_ms(merged["STATS"]),
             renewal_batch=merged["RENEWAL_BATCH"],
+            max_hold=None if merged["MAX_HOLD"] is None else float(merged["MAX_HOLD"]),
         )
         if generation == self.generation:  # not changed again while building
             self._value = value

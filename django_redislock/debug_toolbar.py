@@ -4,8 +4,9 @@ Optional: nothing else in the package imports this module, and the toolbar
 stays an optional dependency. Add ``"django_redislock.debug_toolbar.LocksPanel"``
 to ``DEBUG_TOOLBAR_PANELS`` to list, for each request the toolbar shows,
 every lock, semaphore and read-write lock the request took or tried: name,
-kind, time waited, time held, outcome, whether the primitive re-enters and
-its fencing token when one was taken.
+kind, time waited, time held, outcome (for one that timed out or was
+refused, who held the name and for how long), whether the primitive
+re-enters and its fencing token when one was taken.
 
 It costs nothing when the toolbar is not shown: the panel connects its
 receivers to ``django_redislock.signals`` only while it records a request
@@ -28,6 +29,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from django_redislock import signals
+from django_redislock.backend.values import holder_phrase
 
 #: Outcomes, as the panel shows them.
 HELD = "held"
@@ -38,7 +40,7 @@ BACKEND_ERROR = "backend error"
 
 #: Kinds whose holder re-enters a name it holds (per thread or task): a nested
 #: acquire of one neither waits nor takes the name again, and is not listed.
-REENTRANT_KINDS = frozenset({"lock", "redlock"})
+REENTRANT_KINDS = frozenset({"lock", "leadership", "redlock"})
 
 
 @dataclass
@@ -170,7 +172,10 @@ class LocksPanel(Panel):
     ) -> None:
         if (recording := self._mine()) is not None:
             outcome = REFUSED if kwargs.get("outcome") == "refused" else TIMED_OUT
-            recording.add(name, _kind(sender, kind), waited, outcome)
+            holder, detail = kwargs.get("holder"), ""
+            if holder is not None:
+                detail = f"held by {holder_phrase(holder, kwargs.get('held_for'))}"
+            recording.add(name, _kind(sender, kind), waited, outcome, detail=detail)
 
     def _failed(
         self, sender: Any, *, name: str, kind: str, waited: float, error: Any, **_: Any

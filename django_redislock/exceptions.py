@@ -6,6 +6,11 @@ answer a user or schedule a retry without parsing messages.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from django_redislock.backend.values import HolderInfo
+
 
 class LockError(Exception):
     """Base class of every lock failure, so one ``except`` covers them all."""
@@ -19,14 +24,31 @@ class LockTimeout(LockError):
     """The primitive could not be acquired within the blocking timeout.
 
     ``retry_after`` is the server's best guess, in seconds, of when the
-    current holder's lease ends (``None`` when unknown).
+    current holder's lease ends (``None`` when unknown). ``holder`` is who
+    held the name when the wait ended (a ``HolderInfo``: ``host``, ``pid``,
+    ``thread``, ``runs``, ``since``; its token shortened to 8 characters),
+    and ``held_for`` the seconds it had held it by then (the holder's clock
+    at acquire against this process's, so off by their skew): read from the
+    reply of the acquire's last refused attempt, at no extra round trip;
+    ``None`` when that reply named nobody. See ``docs/long-holds.md``.
     """
 
+    holder: HolderInfo | None = None
+    held_for: float | None = None
+
     def __init__(
-        self, message: str, *, name: str | None = None, retry_after: float | None = None
+        self,
+        message: str,
+        *,
+        name: str | None = None,
+        retry_after: float | None = None,
+        holder: HolderInfo | None = None,
+        held_for: float | None = None,
     ) -> None:
         super().__init__(message, name=name)
         self.retry_after = retry_after
+        self.holder = holder
+        self.held_for = held_for
 
 
 class LockNotOwnedError(LockError):
@@ -48,6 +70,22 @@ class LockLostError(LockError):
 
 class LockBackendError(LockError):
     """Redis could not be reached or answered with an error; the cause is chained."""
+
+
+class LockPoolExhausted(LockBackendError):
+    """No connection of the cache's pool came free for a command that had no
+    budget to wait in (a release, an extend): every one of the pool's
+    ``max_connections`` was in use in this process. Redis itself may be
+    idle: the fix is a larger pool (``docs/operations.md``, "Pool sizing"),
+    not a look at the server. An acquire that waits for a connection past
+    its blocking timeout raises ``LockTimeout`` instead, as for a busy lock.
+    """
+
+    def __init__(
+        self, message: str, *, name: str | None = None, max_connections: int | None = None
+    ) -> None:
+        super().__init__(message, name=name)
+        self.max_connections = max_connections
 
 
 class LockBackendTimeout(LockBackendError, LockTimeout):

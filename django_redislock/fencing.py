@@ -105,14 +105,11 @@ def fenced_update(
     takes (``F()`` expressions included), and ``field`` is set to ``token`` in
     the same statement.
 
-    The fence check must be in the ``UPDATE`` of the fence's own table: on a
-    multi-table child whose fence (or another written field) is a parent's,
-    Django's update selects the ids first and then updates by id, and a
-    newer holder committing in between would be overwritten. So an
-    instance's fence row is written first, with the check, and the columns
-    of its other tables after it in one transaction; a queryset that would
-    be written that way (a join in its filter, fields of two tables) is a
-    ``ValueError``.
+    On a multi-table child whose fence (or another written field) is a
+    parent's, an instance's fence row is written first, with the check, and
+    its other tables after it in one transaction; a queryset that Django
+    would write that way (a join in its filter, fields of two tables) is a
+    ``ValueError`` (``_write_queryset`` says why).
 
     Returns ``True`` when at least one row was written. ``False`` means a
     holder with a newer (or the same) token has written since, or that no row
@@ -125,17 +122,30 @@ def fenced_update(
         raise TypeError(f"field must be the name of the fence field, not {field!r}.")
     guards = check_expected(expected)
     if isinstance(target, models.Model):
-        if target.pk is None:
-            raise ValueError("target must be a saved model instance (its pk is None).")
-        if _write_instance(target, token, field, values, guards):
-            setattr(target, field, token)
-            return True
-        return False
+        return _update_instance(target, token, field, values, guards)
     if not isinstance(target, models.QuerySet):
         raise TypeError(
             f"target must be a model instance or a QuerySet, not {type(target).__name__}."
         )
     return _write_queryset(target, token, field, values, guards)
+
+
+def _update_instance(
+    target: models.Model,
+    token: int,
+    field: str,
+    values: dict[str, Any],
+    guards: dict[str, Any],
+) -> bool:
+    """``fenced_update`` of a saved instance: its row written as its ``save()``
+    would write it (``_write_instance``), then ``field`` set in memory, the
+    only value that is known without reading the row again."""
+    if target.pk is None:
+        raise ValueError("target must be a saved model instance (its pk is None).")
+    if not _write_instance(target, token, field, values, guards):
+        return False
+    setattr(target, field, token)
+    return True
 
 
 def _write_queryset(
@@ -145,7 +155,15 @@ def _write_queryset(
     values: dict[str, Any],
     guards: dict[str, Any],
 ) -> bool:
-    """``fenced_update`` of a queryset: one ``UPDATE`` carrying every guard."""
+    """``fenced_update`` of a queryset: one ``UPDATE`` carrying every guard.
+
+    The fence check must be in the ``UPDATE`` of the fence's own table: on a
+    multi-table child whose fence (or another written field) is a parent's,
+    Django's update selects the ids first and then updates by id, and a
+    newer holder committing in between would be overwritten. An instance is
+    written in two statements for that reason (``_write_instance``); a
+    queryset's filter is the caller's, so one that Django would split is
+    refused rather than split here."""
     guarded = target.filter(**{f"{field}__lt": token}, **guards)
     writes = {**values, field: token}
     if _spans_tables(guarded, writes):

@@ -1,7 +1,7 @@
 """A decorated callable run under a lock or a permit: ``@require_lock`` and ``@require_slot``.
 
 ``decorators.py`` checks the decorators' arguments and says what they
-promise; this runs each call: names the lock from the call (``naming.py``),
+promise; this runs each call: names the lock from the call (``decorators.NamePlan``),
 takes it, answers contention, a Redis outage or a lost lease (``responses``),
 runs the callable and leaves, sync or async. ``Guard`` holds a ``Lock``
 (handed to the open transaction, ``transactions.hand_over``), ``SlotGuard``
@@ -13,21 +13,28 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import time
 from collections.abc import Callable
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
-from django.core.exceptions import BadRequest
+from django.core.exceptions import BadRequest, ImproperlyConfigured
 from django.db import connections, transaction
+from django.http import HttpResponseBase
 
 from django_redislock import responses
+from django_redislock.backend import client as backend
+from django_redislock.conf import get_settings
 from django_redislock.context import describing_request
 from django_redislock.exceptions import LockBackendError, LockLostError
-from django_redislock.naming import NamePlan
+from django_redislock.holds import counters
 from django_redislock.primitives.async_lock import AsyncLock
 from django_redislock.primitives.lock import Lock
 from django_redislock.primitives.semaphore import AsyncSemaphore, Semaphore
 from django_redislock.transactions import hand_over
+
+if TYPE_CHECKING:  # built by the decorators, which import this module
+    from django_redislock.decorators import NamePlan
 
 logger = logging.getLogger(__name__)
 
@@ -167,9 +174,23 @@ class Guard:
                 raise
             raise BadRequest(f"Cannot lock {self.template!r}: {exc}") from exc
 
+    def made(self, name: str, request: Any, asynchronous: bool = False) -> Any:
+        """The call's lock (or permit), or, for a view call whose ``using`` is
+        not in ``CACHES``, the 503 that answers it. The alias is checked when
+        the decorator is applied; only one applied before Django's settings
+        were configured meets it here, at the call."""
+        try:
+            return self.make_async(name) if asynchronous else self.make(name)
+        except ImproperlyConfigured as exc:
+            if request is None:
+                raise
+            return self.answers.misconfigured(request, exc)
+
     def call(self, *args: Any, **kwargs: Any) -> Any:
         name, request = self.lock_name(args, kwargs)
-        lock = self.make(name)
+        lock = self.made(name, request)
+        if isinstance(lock, HttpResponseBase):
+            return lock
         try:
             with describing_request(request):
                 acquired = lock._acquire(None, None)
@@ -212,7 +233,9 @@ class Guard:
 
     async def call_async(self, *args: Any, **kwargs: Any) -> Any:
         name, request = self.lock_name(args, kwargs)
-        lock = self.make_async(name)
+        lock = self.made(name, request, asynchronous=True)
+        if isinstance(lock, HttpResponseBase):
+            return lock
         try:
             with describing_request(request):
                 acquired = await lock._acquire(None, None)
@@ -273,19 +296,37 @@ class SlotGuard(Guard):
         return AsyncSemaphore(name, self.limit, **self.options())
 
     def leave(self, lock: Any) -> None:
+        _count_hold(lock)
         try:
             lock.__exit__(None, None, None)
         except LockLostError as exc:
             _slot_lost(exc)
 
     async def leave_async(self, lock: Any) -> None:
+        _count_hold(lock)
         try:
             await lock.__aexit__(None, None, None)
         except LockLostError as exc:
             _slot_lost(exc)
 
     def leave_raising(self, lock: Any, exc: BaseException) -> None:
+        _count_hold(lock)
         lock.__exit__(type(exc), exc, exc.__traceback__)
+
+
+def _count_hold(permit: Any) -> None:
+    """Count how long the call held its slot, for the 429's ``Retry-After``
+    (``holds.estimates.slot_retry_after``): what a slot's holders take, not the
+    lease. One tally increment; written in the counters' next batch."""
+    holding = permit._latest()
+    settings = get_settings()
+    if holding is None or not settings.stats_ttl_ms:
+        return
+    alias = permit.using or settings.cache
+    key = backend.key(backend.namespace(alias, settings.key_prefix), permit.name, "stats")
+    seconds = time.monotonic() - holding.acquired_at
+    client = backend.get_client(alias)
+    counters.held(client, key.encode(), settings.stats_ttl_ms, permit.name, seconds)
 
 
 def _slot_lost(error: LockLostError) -> None:

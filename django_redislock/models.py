@@ -348,7 +348,10 @@ class HeldLock(models.Model):
     class Meta:
         managed = False
         default_permissions = ()
-        permissions = [("release_lock", _("Can force-release held locks"))]
+        permissions = [
+            ("release_lock", _("Can force-release held locks")),
+            ("take_over_edit_lease", _("Can take over another user's admin edit lease")),
+        ]
         verbose_name = _("held lock")
         verbose_name_plural = _("held locks")
 

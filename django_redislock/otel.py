@@ -24,7 +24,14 @@ What is recorded, for each primitive (``Lock``, ``Semaphore``, ...):
 
 Span attributes: ``redislock.name``, ``redislock.kind``, ``redislock.outcome``
 (``acquired``, ``timeout``, ``released``, ``lost``) and
-``redislock.wait_seconds`` on waits. Metric attributes are the kind and the
+``redislock.wait_seconds`` on waits; a wait that timed out adds who held the
+name, when the refusal said (``LockTimeout.holder``): ``redislock.holder``
+(its ``host:pid:thread | runs``), ``redislock.holder.pid`` and
+``redislock.held_for_seconds``; a lost hold's span also has
+``redislock.lost_reason`` (``lock_lost``'s ``reason``) and
+``redislock.lost_cause``: ``max_hold`` when the watchdog stopped renewing it
+at its ``max_hold``, else ``lease`` (also an attribute of
+``redislock.lost_leases``). Metric attributes are otherwise the kind and the
 outcome only: lock names such as ``sku:42`` would make one time series per
 row. Pass ``metric_name=`` to add a bounded form of the name (for example
 ``lambda name: name.partition(":")[0]``).
@@ -40,6 +47,7 @@ from opentelemetry import metrics, trace
 from opentelemetry.metrics import CallbackOptions, Observation
 
 from django_redislock import signals
+from django_redislock.holds.losses import CAPPED_PREFIX
 
 _UID = "django_redislock.otel"
 _SCOPE = "django_redislock"
@@ -112,37 +120,61 @@ class Recorder:
         )
         span.end(end_time=end)
 
-    def _wait(self, name: str, kind: str, waited: float, outcome: str) -> None:
-        self._span(
-            "redislock.wait",
-            waited,
-            {
-                "redislock.name": name,
-                "redislock.kind": kind,
-                "redislock.outcome": outcome,
-                "redislock.wait_seconds": waited,
-            },
-        )
+    def _wait(
+        self, name: str, kind: str, waited: float, outcome: str, blocker: Any = None
+    ) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            "redislock.name": name,
+            "redislock.kind": kind,
+            "redislock.outcome": outcome,
+            "redislock.wait_seconds": waited,
+        }
+        if blocker is not None:
+            attributes.update(blocker)
+        self._span("redislock.wait", waited, attributes)
         self.wait_duration.record(waited, self._metric_attributes(name, kind, outcome))
+        return attributes
 
-    def _hold(self, name: str, kind: str, held: float, outcome: str) -> None:
+    def _hold(
+        self, name: str, kind: str, held: float, outcome: str, extra: dict[str, str] | None = None
+    ) -> None:
         attributes = {"redislock.name": name, "redislock.kind": kind, "redislock.outcome": outcome}
+        if extra:
+            attributes.update(extra)
         self._span("redislock.hold", held, attributes)
         self.hold_duration.record(held, self._metric_attributes(name, kind, outcome))
 
     def acquired(self, *, name: str, kind: str, waited: float, **_: Any) -> None:
         self._wait(name, kind, waited, "acquired")
 
-    def contended(self, *, name: str, kind: str, waited: float, **_: Any) -> None:
-        self._wait(name, kind, waited, "timeout")
+    def contended(
+        self,
+        *,
+        name: str,
+        kind: str,
+        waited: float,
+        holder: Any = None,
+        held_for: float | None = None,
+        **_: Any,
+    ) -> None:
+        blocker = None
+        if holder is not None:  # span attributes only: a pid per series would not do
+            blocker = {"redislock.holder": holder.holder, "redislock.holder.pid": holder.pid or 0}
+            if held_for is not None:
+                blocker["redislock.held_for_seconds"] = held_for
+        self._wait(name, kind, waited, "timeout", blocker)
         self.timeouts.add(1, self._metric_attributes(name, kind, "timeout"))
 
     def released(self, *, name: str, kind: str, held: float, **_: Any) -> None:
         self._hold(name, kind, held, "released")
 
-    def lost(self, *, name: str, kind: str, held: float, **_: Any) -> None:
-        self._hold(name, kind, held, "lost")
-        self.lost_leases.add(1, self._metric_attributes(name, kind, "lost"))
+    def lost(self, *, name: str, kind: str, held: float, reason: str = "", **_: Any) -> None:
+        cause = "max_hold" if reason.startswith(CAPPED_PREFIX) else "lease"
+        span_extra = {"redislock.lost_cause": cause, "redislock.lost_reason": reason}
+        self._hold(name, kind, held, "lost", span_extra)
+        attributes = self._metric_attributes(name, kind, "lost")
+        attributes["redislock.lost_cause"] = cause
+        self.lost_leases.add(1, attributes)
 
     def renewal_lag(self, *, lagging: bool, **_: Any) -> None:
         if lagging:

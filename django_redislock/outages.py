@@ -22,11 +22,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
 from django_redislock.exceptions import LockBackendError
+from django_redislock.holds.dropped import Summary
 
 #: Seconds between two summary lines of one outage.
 SUMMARY_INTERVAL = 10.0
@@ -68,14 +68,12 @@ class OutageLog:
         self._mutex = threading.Lock()
         #: When the current outage began (``None``: Redis answers).
         self._since: float | None = None
-        #: When the last line of this outage was written.
-        self._last_line = 0.0
+        #: The failures since the last line of this outage, per (name, view).
+        self._pending: Summary[tuple[str, str]] = Summary(interval, kept=KEPT)
         #: When a traceback was last logged: a new outage soon after (Redis
         #: flapping) is logged without one.
         self._last_traceback: float | None = None
         self._total = 0
-        self._pending = 0
-        self._pending_where: Counter[tuple[str, str]] = Counter()
         self._last_error: LockBackendError | None = None
 
     @property
@@ -94,7 +92,7 @@ class OutageLog:
             if self._since is None:
                 line = self._begin(now, error, message, args)
             else:
-                if now - self._last_line >= self.interval and self._pending:
+                if now >= self._pending.due():
                     line = self._summarise(now)
                 self._count(error, where)
         self._write(line)
@@ -107,7 +105,8 @@ class OutageLog:
         with self._mutex:
             if self._since is None:
                 return
-            pending = f" ({self._pending} since the last line)" if self._pending else ""
+            count = self._pending.take(now)[0]
+            pending = f" ({count} since the last line)" if count else ""
             line: _Line = (
                 logging.WARNING,
                 "Redis answers lock requests again after %.1f s of failures: "
@@ -116,7 +115,8 @@ class OutageLog:
                 None,
             )
             self._since = None
-            self._reset_counts()
+            self._total = 0
+            self._last_error = None
         self._write(line)
 
     def _write(self, line: _Line | None) -> None:
@@ -127,7 +127,7 @@ class OutageLog:
     def _begin(
         self, now: float, error: LockBackendError, message: str, args: tuple[object, ...]
     ) -> _Line:
-        self._since = self._last_line = now
+        self._since = self._pending.last_line = now
         self._total = 1
         self._last_error = error
         note = (
@@ -146,16 +146,15 @@ class OutageLog:
 
     def _count(self, error: LockBackendError, where: str) -> None:
         self._total += 1
-        self._pending += 1
         self._last_error = error
-        key = (str(error.name), where)
-        if key in self._pending_where or len(self._pending_where) < KEPT:
-            self._pending_where[key] += 1  # the rest are in _pending only: "elsewhere"
+        self._pending.add((str(error.name), where))  # past KEPT keys: "elsewhere"
 
     def _summarise(self, now: float) -> _Line:
-        shown = self._pending_where.most_common(SHOWN)
-        parts = [f"{name!r} under {where}: {count}" for (name, where), count in shown]
-        rest = self._pending - sum(count for _, count in shown)
+        seconds = now - self._pending.last_line
+        pending, where, _ = self._pending.take(now)
+        shown = where.most_common(SHOWN)
+        parts = [f"{name!r} under {view}: {count}" for (name, view), count in shown]
+        rest = pending - sum(count for _, count in shown)
         if rest:
             parts.append(f"{rest} elsewhere")
         line: _Line = (
@@ -163,21 +162,12 @@ class OutageLog:
             "Redis still unavailable for locks: %d failed call(s) in the last %.1f s (%s); "
             "down for %.1f s; last cause: %s",
             (
-                self._pending,
-                now - self._last_line,
+                pending,
+                seconds,
                 ", ".join(parts),
                 now - (self._since or now),
                 self._last_error,
             ),
             None,
         )
-        self._last_line = now
-        self._reset_counts(keep_total=True)
         return line
-
-    def _reset_counts(self, *, keep_total: bool = False) -> None:
-        if not keep_total:
-            self._total = 0
-            self._last_error = None
-        self._pending = 0
-        self._pending_where = Counter()

@@ -5,7 +5,8 @@ contention with **429 Too Many Requests** instead of 423, see ``busy``):
 
 - **423 Locked** when the lock is held by someone else past the blocking
   timeout. ``Retry-After`` is an estimate of when this caller would get the
-  lock (see :func:`retry_after`), not the holder's whole lease.
+  lock (see :func:`retry_after`), not the holder's whole lease. Staff are
+  also told who holds it and for how long (``holder_shown``).
 - **503 Service Unavailable** when Redis cannot be reached or fails: the lock
   cannot be taken, so the view must not run (fail closed), but the client
   should retry rather than see a 500 and a traceback. The same when a lock
@@ -18,8 +19,13 @@ contention with **429 Too Many Requests** instead of 423, see ``busy``):
   Redis. The work was not mutually exclusive, so the transaction the view
   ran in is rolled back, and the client is told to try again.
 
-Views of Django REST framework get DRF's error shape, ``{"detail": "..."}``
-as JSON. DRF stays optional: it is recognised only when already imported.
+Every answer names its cause in a machine-readable code, the same for a
+status chosen with ``on_*``: the ``Redislock-Error`` header of every answer
+and the ``code`` of the JSON ones (see ``CODES``). A client tells a lost
+lock's 409 (retry) from an application's own 409 by it, not by the status
+alone. Views of Django REST framework get DRF's error shape,
+``{"detail": "...", "code": "..."}`` as JSON. DRF stays optional: it is
+recognised only when already imported.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import math
 import os
 import sys
 from http import HTTPStatus
@@ -36,11 +41,15 @@ from typing import Any, cast
 from asgiref.sync import sync_to_async
 from django.http import HttpResponse, HttpResponseBase, JsonResponse
 
-from django_redislock.backend import client as backend
-from django_redislock.conf import get_settings
+from django_redislock.backend.values import holder_json, holder_phrase
 from django_redislock.context import request_description
-from django_redislock.exceptions import LockBackendError, LockLostError, LockTimeout
-from django_redislock.holds import counters
+from django_redislock.exceptions import (
+    LockBackendError,
+    LockLostError,
+    LockPoolExhausted,
+    LockTimeout,
+)
+from django_redislock.holds.estimates import retry_after, slot_retry_after
 from django_redislock.outages import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -52,6 +61,27 @@ BACKEND_RETRY_AFTER = 5
 #: ``Retry-After`` (seconds) of the 409 sent when a view's lock was lost: the
 #: name is free again (or another holder has it), so the retry can come soon.
 LOST_RETRY_AFTER = 1
+
+
+#: The header that carries an answer's code, on plain and JSON answers alike.
+CODE_HEADER = "Redislock-Error"
+#: The codes: each answer's cause. All of them are worth retrying after
+#: ``Retry-After``; ``lock_misconfigured`` only once the site is fixed.
+LOCK_BUSY = "lock_busy"
+SLOT_BUSY = "slot_busy"
+LOCK_LOST = "lock_lost"
+LOCK_SERVICE_UNAVAILABLE = "lock_service_unavailable"
+LOCK_MISCONFIGURED = "lock_misconfigured"
+#: A 503 whose cause is this server's own connection pool, not Redis.
+LOCK_POOL_EXHAUSTED = "lock_pool_exhausted"
+CODES = (
+    LOCK_BUSY,
+    SLOT_BUSY,
+    LOCK_LOST,
+    LOCK_SERVICE_UNAVAILABLE,
+    LOCK_MISCONFIGURED,
+    LOCK_POOL_EXHAUSTED,
+)
 
 
 @functools.cache
@@ -109,14 +139,16 @@ class Answers:
             raise error
         if callable(handler):
             return handler(request, error)
-        if self.limit is not None:  # from the refusal itself: no round trip
-            return busy(request, error, handler or HTTPStatus.TOO_MANY_REQUESTS, self.timeout)
+        answer: Any = locked
         status = handler or HTTPStatus.LOCKED
+        if self.limit is not None:
+            answer = functools.partial(busy, limit=self.limit)
+            status = handler or HTTPStatus.TOO_MANY_REQUESTS
         if asynchronous:  # the estimate reads Redis: not on the event loop's thread
-            return sync_to_async(locked, thread_sensitive=False)(
+            return sync_to_async(answer, thread_sensitive=False)(
                 request, error, status, timeout=self.timeout, using=self.using
             )
-        return locked(request, error, status, timeout=self.timeout, using=self.using)
+        return answer(request, error, status, timeout=self.timeout, using=self.using)
 
     def unavailable(self, request: Any, error: LockBackendError) -> Any:
         """The answer to a view call when Redis failed; raises for other calls."""
@@ -129,7 +161,22 @@ class Answers:
         status = handler or HTTPStatus.SERVICE_UNAVAILABLE
         log_unavailable(request, error, str(int(status)))
         message = "The lock service is unavailable; try again shortly."
-        return error_response(request, status, message, BACKEND_RETRY_AFTER)
+        code = LOCK_SERVICE_UNAVAILABLE
+        if isinstance(error, LockPoolExhausted):  # this server's limit, not Redis's
+            message = (
+                "The lock service is busy on this server (its Redis connection pool is "
+                "full); try again shortly."
+            )
+            code = LOCK_POOL_EXHAUSTED
+        return error_response(request, status, message, BACKEND_RETRY_AFTER, code)
+
+    def misconfigured(self, request: Any, error: Exception) -> HttpResponseBase:
+        """The answer to a view call whose lock cannot even be built (its
+        ``using`` is not in ``CACHES``): 503, logged at ERROR, not a 500."""
+        logger.error("Cannot take a lock under %s: %s; answered 503.", where_called(request), error)
+        message = "The lock service is unavailable; try again shortly."
+        status = HTTPStatus.SERVICE_UNAVAILABLE
+        return error_response(request, status, message, BACKEND_RETRY_AFTER, LOCK_MISCONFIGURED)
 
     def lost(self, request: Any, error: LockLostError, *, rolled_back: bool) -> Any:
         """The answer to a view call whose lock was lost while it ran."""
@@ -166,7 +213,7 @@ class Answers:
                 f"The lock on {error.name} was lost while this request ran (it was cleared "
                 "or expired), so it did not run under the lock; try again."
             )
-        return error_response(request, status, message, LOST_RETRY_AFTER)
+        return error_response(request, status, message, LOST_RETRY_AFTER, LOCK_LOST)
 
 
 def is_drf(request: Any, view: Any) -> bool:
@@ -184,108 +231,78 @@ def is_drf(request: Any, view: Any) -> bool:
     )
 
 
-def error_response(request: Any, status: int, message: str, retry_after: int) -> HttpResponseBase:
-    """``message`` as plain text, or as ``{"detail": message}`` for DRF views.
+def error_response(
+    request: Any,
+    status: int,
+    message: str,
+    retry_after: int,
+    code: str,
+    fields: dict[str, Any] | None = None,
+) -> HttpResponseBase:
+    """``message`` as plain text, or as ``{"detail": message, "code": code}``
+    (and ``fields``) for DRF views; ``code`` in the ``Redislock-Error``
+    header of both.
 
     The view is the one URL resolution found (``request.resolver_match``), so
     a DRF view decorated on ``dispatch`` (which sees Django's request) counts.
     """
-    headers = {"Retry-After": str(retry_after)}
+    headers = {"Retry-After": str(retry_after), CODE_HEADER: code}
     view = getattr(getattr(request, "resolver_match", None), "func", None)
     if not is_drf(request, view):
         return HttpResponse(
             f"{message}\n", status=status, content_type="text/plain; charset=utf-8", headers=headers
         )
     requests = sys.modules["rest_framework.request"]
+    body = {"detail": message, "code": code, **(fields or {})}
     if isinstance(request, requests.Request):
         # inside APIView.dispatch: a DRF Response gets the view's renderers
         response = importlib.import_module("rest_framework.response").Response
-        return cast(HttpResponseBase, response({"detail": message}, status=status, headers=headers))
-    return JsonResponse({"detail": message}, status=status, headers=headers)
+        return cast(HttpResponseBase, response(body, status=status, headers=headers))
+    return JsonResponse(body, status=status, headers=headers)
 
 
 def locked(
     request: Any, error: LockTimeout, status: int, *, timeout: float | None, using: str | None
 ) -> HttpResponseBase:
-    """The answer to a view call refused ``error``: 423 (or ``status``)."""
+    """The answer to a view call refused ``error``: 423 (or ``status``),
+    saying who holds the name to staff (``holder_shown``)."""
     seconds = retry_after(error, timeout=timeout, using=using)
-    return error_response(request, status, f"{error.name} is busy; try again shortly.", seconds)
+    holder, held_for = error.holder, error.held_for
+    busy_with, fields = "", None
+    if holder is not None and holder_shown(request):
+        busy_with = f" (held by {holder_phrase(holder, held_for)})"
+        held = None if held_for is None else round(held_for, 1)
+        fields = {"holder": holder_json(holder), "held_for": held}
+    message = f"{error.name} is busy{busy_with}; try again shortly."
+    return error_response(request, status, message, seconds, LOCK_BUSY, fields)
 
 
-def busy(request: Any, error: LockTimeout, status: int, timeout: float | None) -> HttpResponseBase:
+def holder_shown(request: Any) -> bool:
+    """Whether a 423 may say who holds the name (host, pid, what it runs,
+    for how long): only to an active staff user, who sees as much on the
+    admin dashboard. Everyone else gets the answer as before, which names
+    nothing but the lock; a site that wants more says so in
+    ``on_contention`` with ``error.holder`` (``docs/decorators.md``)."""
+    try:
+        user = getattr(request, "user", None)
+        return bool(user is not None and user.is_active and user.is_staff)
+    except Exception:  # a DRF request's authentication failing: not known to be staff
+        return False
+
+
+def busy(
+    request: Any,
+    error: LockTimeout,
+    status: int,
+    *,
+    timeout: float | None,
+    using: str | None,
+    limit: int,
+) -> HttpResponseBase:
     """The answer to a view call refused a ``require_slot`` slot: 429 (or ``status``)."""
     message = f"Too many requests for {error.name} at once; try again shortly."
-    return error_response(request, status, message, slot_retry_after(error, timeout=timeout))
-
-
-def slot_retry_after(error: LockTimeout, *, timeout: float | None) -> int:
-    """Seconds until a caller refused a slot of ``error.name`` would likely get one.
-
-    The semaphore's own hint, read from the Redis server's clock in the
-    refusing script: when the earliest-ending permit's lease runs out (or,
-    with waiters entitled to a slot that just freed, how soon they take it).
-    A holder that finishes frees its slot sooner, so this errs long, never
-    short, as a ``Retry-After`` should; rounded up, at least 1. Without a
-    hint it is the lease (``timeout``, else ``REDISLOCK['TIMEOUT']``).
-    """
-    seconds = error.retry_after
-    if not seconds:
-        seconds = timeout if timeout is not None else get_settings().timeout
-    return max(1, math.ceil(seconds))
-
-
-def retry_after(error: LockTimeout, *, timeout: float | None, using: str | None) -> int:
-    """Seconds until a caller refused ``error.name`` would likely get it.
-
-    From the name's counters (``REDISLOCK['STATS']``): past acquirers that
-    waited in line and got the lock waited ``wait_ms / waited`` on average,
-    about one hold each; this caller would wait for the current hold and for
-    each waiter queued now, so the estimate is that average times (queued +
-    1). Refused calls are left out of the average: they add to
-    ``contended`` but not to ``wait_ms``, so dividing by ``contended`` made
-    the estimate shrink with every 423, the busier the name the sooner.
-    It is capped by the holder's remaining lease (or the lock's lease when
-    that is unknown), and is at least 1. With no history (counters off, or
-    the first contention of the name) it is the holder's remaining lease.
-    """
-    settings = get_settings()
-    cap = error.retry_after or (timeout if timeout is not None else settings.timeout)
-    name = error.name
-    if name is not None and settings.stats:
-        try:
-            average, queued = _history(name, using)
-        except (LockBackendError, *backend.BACKEND_ERRORS):  # the 423 stands without it
-            average, queued = None, 0
-        if average is not None:
-            estimate = average * (queued + 1)
-            cap = min(estimate, cap) if cap else estimate
-    return max(1, math.ceil(cap)) if cap else 1
-
-
-def _history(name: str, using: str | None) -> tuple[float | None, int]:
-    """The average wait in seconds of an acquire that waited and got the
-    lock (``None`` when never waited for) and the number of waiters queued
-    now: one round trip.
-
-    ``wait_ms`` and ``waited`` are written batched (``holds/counters.py``): this
-    process's own waits not written yet are added from its tally, other
-    processes' may be up to a second behind. A counters hash written before
-    ``waited`` was counted has only ``contended`` to divide by.
-    """
-    settings = get_settings()
-    alias = using or settings.cache
-    client, prefix = backend.get_client(alias), backend.namespace(alias, settings.key_prefix)
-    stats_key = backend.key(prefix, name, "stats")
-    pipe = client.pipeline(transaction=False)
-    pipe.hmget(stats_key, ["waited", "wait_ms", "contended"])
-    pipe.zcard(backend.key(prefix, name, "queue"))
-    (waited, wait_ms, contended), queued = pipe.execute()
-    _, own_wait_ms, own_waited = counters.pending(client, stats_key.encode())
-    wait_ms = int(wait_ms or 0) + own_wait_ms
-    waits = int(waited or 0) + own_waited or int(contended or 0)
-    if not waits or not wait_ms:
-        return None, int(queued)
-    return wait_ms / waits / 1000.0, int(queued)
+    seconds = slot_retry_after(error, timeout=timeout, using=using, limit=limit)
+    return error_response(request, status, message, seconds, SLOT_BUSY)
 
 
 def where_called(request: Any) -> str:
@@ -299,6 +316,9 @@ def log_unavailable(request: Any, error: LockBackendError, answer: str) -> None:
     """Log a view call answered without its lock: the first failure of an
     outage with its cause, then summaries (``OutageLog``)."""
     where = where_called(request)
+    if isinstance(error, LockPoolExhausted):  # no outage: Redis was never asked
+        logger.error("%s Under %s; answered %s.", error, where, answer, exc_info=error)
+        return
     outage_log().failure(
         error,
         where,

@@ -34,15 +34,27 @@ class _Handed:
     ``ATOMIC_REQUESTS`` on two databases runs inside both transactions, and
     its writes to either are uncommitted until that one ends."""
 
-    __slots__ = ("lock", "owners", "strict")
+    __slots__ = ("committed", "lock", "on_end", "owners", "strict")
 
-    def __init__(self, lock: Lock, owners: list[TransactionLocks], *, strict: bool = False) -> None:
+    def __init__(
+        self,
+        lock: Lock,
+        owners: list[TransactionLocks],
+        *,
+        strict: bool = False,
+        on_end: Callable[[bool], None] | None = None,
+    ) -> None:
         self.lock = lock
         #: The transactions it was handed to that have not ended yet.
         self.owners = owners
         #: Whether the transaction must not commit once the lease is known
         #: lost (``@require_lock``'s writes have no guard of their own).
         self.strict = strict
+        #: Called with whether every transaction it was handed to committed,
+        #: after the last has ended and before the release (``@idempotent``
+        #: stores its response there, still under its lock).
+        self.on_end = on_end
+        self.committed = True
 
     def lost(self) -> bool:
         """Whether the transaction must not commit: the hold was reported
@@ -66,7 +78,11 @@ class _Handed:
         for other in self.owners:
             other.locks.remove(self)
         self.owners = []
-        self.lock.release()
+        try:
+            if self.on_end is not None:
+                self.on_end(self.committed)
+        finally:
+            self.lock.release()
         return True
 
 
@@ -89,7 +105,7 @@ class TransactionLocks:
         self.locks: list[_Handed] = []
         rollback = connection.rollback
         connection.commit = self._after(  # type: ignore[method-assign]
-            self._unless_lost(connection.commit, rollback), final=False
+            self._unless_lost(connection.commit, rollback), final=False, commits=True
         )
         connection.rollback = self._after(rollback, final=False)  # type: ignore[method-assign]
         connection.close = self._after(connection.close, final=True)  # type: ignore[method-assign]
@@ -125,14 +141,19 @@ class TransactionLocks:
 
         return wrapper
 
-    def _after(self, method: Callable[..., Any], *, final: bool) -> Callable[..., Any]:
+    def _after(
+        self, method: Callable[..., Any], *, final: bool, commits: bool = False
+    ) -> Callable[..., Any]:
         @functools.wraps(method)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            committed = False
             try:
-                return method(*args, **kwargs)
+                result = method(*args, **kwargs)
+                committed = commits
+                return result
             finally:
                 if self.locks and (final or not self.connection.in_atomic_block):
-                    self.release_all()
+                    self.release_all(committed=committed)
 
         return wrapper
 
@@ -150,16 +171,17 @@ class TransactionLocks:
             held.strict = True
         return bool(found)
 
-    def release_all(self, *, now: bool = False) -> int:
-        """The transaction is over: release what it alone still held (``now``:
-        everything it holds), never raising into the commit or rollback that
-        just happened (a lost lease has already been reported through
-        ``lock_lost``; the guarded UPDATE kept the stock right). Returns how
-        many holds it released."""
+    def release_all(self, *, now: bool = False, committed: bool = True) -> int:
+        """The transaction is over (``committed``: by a commit): release what
+        it alone still held (``now``: everything it holds), never raising into
+        the commit or rollback that just happened (a lost lease has already
+        been reported through ``lock_lost``; the guarded UPDATE kept the stock
+        right). Returns how many holds it released."""
         handed, self.locks = self.locks, []
         released = 0
         for entry in reversed(handed):
             try:
+                entry.committed = entry.committed and committed
                 released += entry.end(self, now=now)
             except LockError as exc:
                 released += 1
@@ -184,7 +206,9 @@ def _in_transaction(connection: BaseDatabaseWrapper) -> bool:
     return connection.connection is not None and not connection.autocommit
 
 
-def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
+def hand_over(
+    lock: Lock, *, confirm: bool = True, on_end: Callable[[bool], None] | None = None
+) -> bool:
     """Hand one level of the current thread's hold through ``lock`` to the open
     transactions (of every connection in an atomic block or with autocommit
     off), the last of which to end releases it after its commit or rollback.
@@ -199,7 +223,9 @@ def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
     ``LockLostError`` into the transaction, which rolls back its writes. And
     a transaction whose hold is found lost later does not commit (see
     ``TransactionLocks._unless_lost``). Not ``confirm``: no round trip (the
-    function raised; its exception, not a loss, is what goes on)."""
+    function raised; its exception, not a loss, is what goes on). ``on_end``
+    is called, with whether every one of them committed, once the last has
+    ended and before the release (not when this answers ``False``)."""
     if lock._holding() is None:  # the current thread holds nothing through it
         return False
     # each open transaction that does not hold the name yet; one that does
@@ -219,7 +245,7 @@ def hand_over(lock: Lock, *, confirm: bool = True) -> bool:
         return False  # released now: that release reports the loss (LockLostError)
     except LockBackendError as exc:  # unconfirmed: the watchdog will tell
         logger.warning("Could not confirm %r before the commit: %s", lock.name, exc)
-    handed = _Handed(lock, open_, strict=True)
+    handed = _Handed(lock, open_, strict=True, on_end=on_end)
     for holds in open_:
         holds.locks.append(handed)
     return True

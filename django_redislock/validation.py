@@ -11,6 +11,9 @@ import operator
 import unicodedata
 from typing import TYPE_CHECKING, Any, Protocol
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
 if TYPE_CHECKING:
     from django_redislock.conf import LockSettings
 
@@ -94,10 +97,24 @@ def check_bool(value: object, argument: str, *, allow_none: bool = True) -> bool
 
 
 def check_alias(value: object) -> str | None:
+    """``using``, checked against ``CACHES`` when Django's settings are ready.
+
+    An unknown alias used to pass here and fail at the first acquire, which a
+    view answers with a 500, while every other bad argument fails at once.
+    Before the settings are configured (a module imported ahead of them) it
+    is checked at first use instead (``backend.client``'s E003).
+    """
     if value is None:
         return None
     if not isinstance(value, str) or not value:
         raise TypeError(f"using must be a cache alias (non-empty str), not {value!r}.")
+    if settings.configured:
+        caches = getattr(settings, "CACHES", None) or {}
+        if value not in caches:
+            defined = ", ".join(map(repr, caches)) or "none"
+            raise ImproperlyConfigured(
+                f"using={value!r} is not a cache alias defined in CACHES (defined: {defined})."
+            )
     return value
 
 
@@ -156,43 +173,38 @@ def fixed(option: str) -> Any:
     return property(operator.attrgetter(f"_{option}"), refuse, doc=f"The ``{option}`` option.")
 
 
-class Options:
-    """The waiting and lease options every primitive takes, checked once and
-    fixed when it is built (``Lock``, ``Semaphore``, ``Redlock``, ``MultiLock``...)."""
-
-    timeout: float | None = fixed("timeout")
-    blocking: bool = fixed("blocking")
-    blocking_timeout: float | None = fixed("blocking_timeout")
-    auto_renew: bool | None = fixed("auto_renew")
-
-    def _set_options(
-        self,
-        timeout: float | None,
-        blocking: bool,
-        blocking_timeout: float | None,
-        auto_renew: bool | None,
-    ) -> None:
-        lease, wait = type(timeout), type(blocking_timeout)
-        if (  # the common case, checked at once; anything else by the checks below
-            (
-                timeout is None
-                or ((lease is float or lease is int) and MIN_LEASE <= timeout <= MAX_LEASE)
-            )
-            and (
-                blocking_timeout is None
-                or ((wait is float or wait is int) and 0 <= blocking_timeout <= MAX_LEASE)
-            )
-            and type(blocking) is bool
-            and (auto_renew is None or type(auto_renew) is bool)
-        ):
-            self._timeout = None if timeout is None else float(timeout)
-            self._blocking = blocking
-            self._blocking_timeout = None if blocking_timeout is None else float(blocking_timeout)
-            self._auto_renew = auto_renew
-            return
-        self._timeout = check_lease(timeout)
-        self._blocking = bool(check_bool(blocking, "blocking", allow_none=False))
-        self._blocking_timeout = check_seconds(
-            blocking_timeout, "blocking_timeout", allow_zero=True
+def checked_options(
+    timeout: float | None,
+    blocking: bool,
+    blocking_timeout: float | None,
+    auto_renew: bool | None,
+) -> tuple[float | None, bool, float | None, bool | None]:
+    """The waiting and lease options every primitive takes (``Lock``,
+    ``Semaphore``, ``Redlock``, ``MultiLock``...), checked once when it is
+    built: its ``_timeout``, ``_blocking``, ``_blocking_timeout`` and
+    ``_auto_renew``, which its ``fixed`` options read."""
+    lease, wait = type(timeout), type(blocking_timeout)
+    if (  # the common case, checked at once; anything else by the checks below
+        (
+            timeout is None
+            or ((lease is float or lease is int) and MIN_LEASE <= timeout <= MAX_LEASE)
         )
-        self._auto_renew = check_bool(auto_renew, "auto_renew")
+        and (
+            blocking_timeout is None
+            or ((wait is float or wait is int) and 0 <= blocking_timeout <= MAX_LEASE)
+        )
+        and type(blocking) is bool
+        and (auto_renew is None or type(auto_renew) is bool)
+    ):
+        return (
+            None if timeout is None else float(timeout),
+            blocking,
+            None if blocking_timeout is None else float(blocking_timeout),
+            auto_renew,
+        )
+    return (
+        check_lease(timeout),
+        bool(check_bool(blocking, "blocking", allow_none=False)),
+        check_seconds(blocking_timeout, "blocking_timeout", allow_zero=True),
+        check_bool(auto_renew, "auto_renew"),
+    )

@@ -137,9 +137,11 @@ BOTH_RESPONSE_MODES = frozenset(
         "test_locks_command",
         "test_fencing",
         "test_holder_is_the_thread",
+        "test_idempotent",
         "test_inspection",
         "test_lock",
         "test_multilock",
+        "test_once_kinds",
         "test_permit_fencing",
         "test_rwlock",
         "test_semaphore",
@@ -204,16 +206,12 @@ def redis_client(redis_url: str) -> Iterator[redis.Redis]:
 
 @pytest.fixture(autouse=True)
 def _flush_redis(_redis_settings: str) -> Iterator[None]:
-    from django.apps import apps
-
     from django_redislock.holds import counters
 
-    # the per-minute history a previous test left unwritten must not land in this one's
-    # Redis, nor a flush in its command counts: tests that want it call flush()
-    # (a writing thread a previous test started is waited for: it may hold a tally it
-    # took before the reset, and would write it after the FLUSHALL below)
-    drain(apps.get_app_config("django_redislock").hot_recorder, background=False)
-    # the same for a Lock's batched counters (holds/counters.py)
+    # the counts and per-minute history a previous test left unwritten must not land
+    # in this one's Redis, nor a flush in its command counts: tests that want them
+    # call flush() (a writing thread a previous test started is waited for: it may
+    # hold a tally it took before the reset, and would write it after the FLUSHALL)
     drain(counters.TALLY, background=False)
     client = redis.Redis.from_url(_redis_settings)
     client.flushall()

@@ -108,3 +108,23 @@ class NemesisWrite(models.Model):  # noqa: DJ008
     value = models.IntegerField()
     token = models.BigIntegerField(null=True)
     op = models.CharField(max_length=40)
+
+
+class Brochure(models.Model):
+    """An object edited in the admin under an edit lease (``tests/editing``)."""
+
+    title = models.CharField(max_length=100)
+    body = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class BrochurePage(models.Model):
+    """An inline of ``Brochure``: read only too for whoever does not hold the lease."""
+
+    brochure = models.ForeignKey(Brochure, on_delete=models.CASCADE, related_name="pages")
+    text = models.CharField(max_length=100)
+
+    def __str__(self) -> str:
+        return self.text

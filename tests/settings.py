@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from importlib.util import find_spec
 from urllib.parse import unquote, urlparse
 
 SECRET_KEY = "django-redislock-tests-not-secret"
@@ -32,6 +33,13 @@ INSTALLED_APPS = [
 #: Django 6.0+'s tasks (tests/support/django_tasks.py), run where they are enqueued;
 #: older Django ignores the setting.
 TASKS = {"default": {"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}}
+
+#: django-tasks-db's database backend and its ``db_worker``, where Django has
+#: django.tasks and the package is installed (the enqueue-once tests with a real
+#: worker: tests/once/test_enqueue_once_db_worker.py).
+if find_spec("django.tasks") and find_spec("django_tasks_db"):
+    INSTALLED_APPS.append("django_tasks_db")
+    TASKS["db"] = {"BACKEND": "django_tasks_db.DatabaseBackend"}
 
 MIDDLEWARE = [
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -95,8 +103,21 @@ else:
 REDIS_URL = os.environ.get("REDISLOCK_TEST_REDIS_URL", "redis://127.0.0.1:1/0")
 
 
+#: ``REDISLOCK_TEST_CACHE=django-valkey``: every cache ``redis_cache`` makes is
+#: django-valkey's ``ValkeyCache`` on valkey-py (scripts/test's Valkey run),
+#: with the same options, which django-valkey spells as django-redis does.
+CACHE_LIBRARY = os.environ.get("REDISLOCK_TEST_CACHE", "django-redis")
+if CACHE_LIBRARY not in ("django-redis", "django-valkey"):
+    raise ValueError(f"REDISLOCK_TEST_CACHE: django-redis or django-valkey, not {CACHE_LIBRARY!r}")
+_BACKENDS = {
+    "django-redis": ("django_redis.cache.RedisCache", "django_redis.client.DefaultClient"),
+    "django-valkey": ("django_valkey.cache.ValkeyCache", "django_valkey.client.DefaultClient"),
+}
+
+
 def redis_cache(url: str, **options: object) -> dict[str, object]:
-    """A django-redis cache on ``url``; ``SOCKET_TIMEOUT=None`` means none at
+    """A django-redis cache on ``url`` (django-valkey's, under
+    ``REDISLOCK_TEST_CACHE=django-valkey``); ``SOCKET_TIMEOUT=None`` means none at
     all: django-redis leaves a ``None`` out, and redis-py 8 then gives the
     connection a 5 s socket timeout of its own, so the pool is given ``None``."""
     pool_kwargs: dict[str, None] = {}
@@ -106,11 +127,12 @@ def redis_cache(url: str, **options: object) -> dict[str, object]:
             pool_kwargs[kwarg] = None
     if pool_kwargs:
         options.setdefault("CONNECTION_POOL_KWARGS", pool_kwargs)
+    backend, client = _BACKENDS[CACHE_LIBRARY]
     return {
-        "BACKEND": "django_redis.cache.RedisCache",
+        "BACKEND": backend,
         "LOCATION": url,
         "OPTIONS": {
-            "CLIENT_CLASS": "django_redis.client.DefaultClient",
+            "CLIENT_CLASS": client,
             "SOCKET_CONNECT_TIMEOUT": 5,
             "SOCKET_TIMEOUT": 5,
             **options,

@@ -136,3 +136,24 @@ def test_the_pages_own_blocks_lock_skip_and_retry(other_thread: OtherThread) -> 
     finally:
         other_thread(holder.release)
     assert tasks["nightly_report"]("monday") is None  # built: the body is "..."
+
+
+def test_a_view_hands_its_hold_to_a_celery_task(tasks: object, redis_client: redis.Redis) -> None:
+    """docs/long-holds.md: the view detaches, the worker adopts, renews,
+    releases; the same ticket sent twice is refused the second time."""
+    import json
+
+    lock = Lock("export:handed", timeout=10)
+    lock.acquire()
+    fence = lock.fencing_token
+    ticket = lock.detach()
+    tasks.export_handed_over.delay(ticket)  # type: ignore[attr-defined]
+    item = redis_client.blpop(["celery:handed"], timeout=60)
+    assert item is not None, "the task never reported"
+    report = json.loads(item[1])
+    assert report == {"pid": report["pid"], "fence": fence, "owned": True, "released": True}
+    assert report["pid"] != os.getpid()
+    tasks.export_handed_over.delay(ticket)  # type: ignore[attr-defined]
+    item = redis_client.blpop(["celery:handed"], timeout=60)
+    assert item is not None, "the task never reported"
+    assert "lease ran out" in json.loads(item[1])["lost"]

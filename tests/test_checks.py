@@ -232,6 +232,8 @@ def test_several_problems_are_all_reported() -> None:
         "django.core.cache.backends.redis.RedisCache",
         "django_redis.cache.RedisCache",
         f"{__name__}.SubclassedRedisCache",
+        "django_valkey.cache.ValkeyCache",
+        "django_valkey.cluster_cache.cache.ClusterValkeyCache",
     ],
 )
 def test_redis_backends_are_accepted(backend: str) -> None:
@@ -266,6 +268,38 @@ def test_a_lock_cache_without_socket_timeouts_warns_w002() -> None:
     assert check({"CACHE": "ok"}, ok=with_them) == []
 
 
+def test_django_redis_spelling_on_the_builtin_backend_is_an_error_e027() -> None:
+    """The quickstart's django-redis OPTIONS copied into Django's RedisCache gave
+    only W002 ("sets no socket_timeout"), then a TypeError at the first lock."""
+    builtin = {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": "redis://127.0.0.1:1/0",
+        "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5, "CLIENT_CLASS": "x"},
+    }
+    messages = check({"CACHE": "builtin"}, builtin=builtin)
+    assert ids(messages) == ["django_redislock.E027"]  # and not W002's misreading
+    assert "'SOCKET_CONNECT_TIMEOUT', 'SOCKET_TIMEOUT', 'CLIENT_CLASS'" in messages[0].msg
+    hint = str(messages[0].hint)
+    assert "'SOCKET_TIMEOUT' -> 'socket_timeout'" in hint
+    assert "'SOCKET_CONNECT_TIMEOUT' -> 'socket_connect_timeout'" in hint
+    assert "Remove 'CLIENT_CLASS'" in hint
+    # the same keys are django-redis's own on its backend: no E027
+    django_redis = {**builtin, "BACKEND": "django_redis.cache.RedisCache"}
+    django_redis["OPTIONS"] = {"SOCKET_CONNECT_TIMEOUT": 5, "SOCKET_TIMEOUT": 5}
+    assert check({"CACHE": "dr"}, dr=django_redis) == []
+    # a REDLOCK alias is checked too
+    redlock = {"CACHE": "default", "REDLOCK": ["r1", "r2", "builtin"]}
+    assert "django_redislock.E027" in ids(check(redlock, builtin=builtin))
+
+
+def test_the_e003_hint_names_both_backends() -> None:
+    [message] = check({"CACHE": "nope"})
+    assert message.id == "django_redislock.E003"
+    hint = str(message.hint)
+    assert "django.core.cache.backends.redis.RedisCache" in hint and "django-redis" in hint
+    assert "Add a django-redis cache" not in hint
+
+
 def test_a_shard_client_cache_is_an_error_e022() -> None:
     shard = {
         "BACKEND": "django_redis.cache.RedisCache",
@@ -275,6 +309,53 @@ def test_a_shard_client_cache_is_an_error_e022() -> None:
     messages = check({"CACHE": "shard"}, shard=shard)
     assert ids(messages) == ["django_redislock.E022"]
     assert messages[0].hint
+
+
+def test_django_valkey_s_shard_client_is_an_error_e022() -> None:
+    shard = {
+        "BACKEND": "django_valkey.cache.ValkeyCache",
+        "LOCATION": ["redis://127.0.0.1:1/0", "redis://127.0.0.1:2/0"],
+        "OPTIONS": {"CLIENT_CLASS": "django_valkey.client.ShardClient", "SOCKET_TIMEOUT": 5},
+    }
+    messages = check({"CACHE": "shard"}, shard=shard)
+    assert ids(messages) == ["django_redislock.E022"]
+    assert "django_valkey.client.ShardClient" in messages[0].msg
+
+
+@pytest.mark.parametrize("client", ["HerdClient", "SentinelClient", "DefaultClient"])
+def test_django_valkey_s_single_connection_clients_are_accepted(client: str) -> None:
+    config = {
+        "BACKEND": "django_valkey.cache.ValkeyCache",
+        "LOCATION": "redis://127.0.0.1:1/0",
+        "OPTIONS": {
+            "CLIENT_CLASS": f"django_valkey.client.{client}",
+            "SOCKET_TIMEOUT": 5,
+            "SOCKET_CONNECT_TIMEOUT": 5,
+            "SENTINELS": [("127.0.0.1", 26379)],  # the SentinelClient's (E021)
+        },
+    }
+    assert check({"CACHE": "valkey"}, valkey=config) == []
+
+
+def test_django_valkey_s_sentinel_client_without_sentinels_is_an_error_e021() -> None:
+    config = {
+        "BACKEND": "django_valkey.cache.ValkeyCache",
+        "LOCATION": "valkey://mymaster/0",
+        "OPTIONS": {"CLIENT_CLASS": "django_valkey.client.SentinelClient", "SOCKET_TIMEOUT": 5},
+    }
+    messages = check({"CACHE": "sentinel"}, sentinel=config)
+    assert ids(messages) == ["django_redislock.E021"]
+    assert "SENTINELS" in messages[0].msg
+
+
+def test_django_valkey_s_asyncio_only_cache_is_an_error_e028() -> None:
+    config = {
+        "BACKEND": "django_valkey.async_cache.cache.AsyncValkeyCache",
+        "LOCATION": "redis://127.0.0.1:1/0",
+    }
+    messages = check({"CACHE": "aio"}, aio=config)
+    assert ids(messages) == ["django_redislock.E028"]
+    assert "ValkeyCache" in str(messages[0].hint)
 
 
 def test_sqlite_with_atomic_requests_and_inventory_warns_w003(
@@ -320,3 +401,30 @@ def test_w002_sees_socket_timeouts_set_in_the_url_or_the_cluster_kwargs(
     cache = {"BACKEND": "django_redis.cache.RedisCache", **config}
     with override_settings(REDISLOCK={}, CACHES={"default": cache}):
         assert [m.id for m in check_settings()] == []
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        redis_cache("redis://127.0.0.1:1/0", CONNECTION_POOL_KWARGS={"max_connections": 4}),
+        {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:1/0",
+            "OPTIONS": {"socket_timeout": 5, "socket_connect_timeout": 5, "max_connections": 4},
+        },
+        redis_cache("redis://127.0.0.1:1/0?max_connections=4"),
+    ],
+    ids=["django-redis", "builtin", "url"],
+)
+def test_a_pool_too_small_for_the_locks_warns_w005(config: dict[str, Any]) -> None:
+    messages = check({"CACHE": "tiny"}, tiny=config)
+    assert ids(messages) == ["django_redislock.W005"]
+    assert "caps its connection pool at 4" in messages[0].msg
+    assert "Pool sizing" in str(messages[0].hint)
+    roomy = {**config, "LOCATION": str(config["LOCATION"]).replace("=4", "=8")}
+    options = dict(config.get("OPTIONS") or {})
+    if "max_connections" in options:
+        options["max_connections"] = 100
+    if "CONNECTION_POOL_KWARGS" in options:
+        options["CONNECTION_POOL_KWARGS"] = {"max_connections": 100}
+    assert check({"CACHE": "roomy"}, roomy={**roomy, "OPTIONS": options}) == []

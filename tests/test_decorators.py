@@ -523,13 +523,21 @@ def test_drf_views_get_drf_json_for_423_and_503(held: Lock, prefix: str) -> None
         response = Client().get(f"/{prefix}/42/")
         assert response.status_code == 423
         assert response["Content-Type"] == "application/json"
-        assert response.json() == {"detail": "sku:42 is busy; try again shortly."}
+        assert response.json() == {
+            "detail": "sku:42 is busy; try again shortly.",
+            "code": "lock_busy",
+        }
+        assert response["Redislock-Error"] == "lock_busy"
         assert 1 <= int(response["Retry-After"]) <= 20
         assert Client().get(f"/{prefix}/43/").json() == {"ok": True}
         with servers.redis_down():
             response = Client().get(f"/{prefix}/42/")
         assert response.status_code == 503
-        assert response.json() == {"detail": "The lock service is unavailable; try again shortly."}
+        assert response.json() == {
+            "detail": "The lock service is unavailable; try again shortly.",
+            "code": "lock_service_unavailable",
+        }
+        assert response["Redislock-Error"] == "lock_service_unavailable"
         assert response["Retry-After"] == "5"
 
 
@@ -537,6 +545,7 @@ def test_plain_views_keep_plain_text_with_drf_imported(held: Lock) -> None:
     pytest.importorskip("rest_framework.views")
     response = Client().get("/buy/42/")
     assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert response["Redislock-Error"] == "lock_busy"  # the code of a plain answer
 
 
 # Redis failing on the release, after the view ran ------------------------------------------

@@ -55,15 +55,19 @@ def fake_venv(tmp_path: Path, fail: list[str]) -> tuple[Path, Path]:
 
 
 def run_test_script(
-    tmp_path: Path, fail: list[str]
+    tmp_path: Path,
+    fail: list[str],
+    *,
+    database_url: str | None = "postgres://nobody@127.0.0.1:1/none",
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     venv, log = fake_venv(tmp_path, fail)
     env = {
-        **{k: v for k, v in os.environ.items() if k != "VENV_EXTRAS"},
+        **{k: v for k, v in os.environ.items() if k not in ("VENV_EXTRAS", "DATABASE_URL")},
         "VENV": str(venv),
         "REDISLOCK_REQUIRE_REDIS": "1",  # the Valkey phase runs whatever the machine has
-        "DATABASE_URL": "postgres://nobody@127.0.0.1:1/none",
     }
+    if database_url is not None:
+        env["DATABASE_URL"] = database_url
     result = subprocess.run(
         ["bash", str(ROOT / "scripts" / "test")],
         env=env,
@@ -97,6 +101,19 @@ def test_every_phase_runs_after_a_failure_and_all_are_reported(tmp_path: Path) -
     assert re.search(r"== total: \d+ s, 4 of 5 phase\(s\) failed", summary), summary
 
 
+def test_the_summary_lists_a_phase_not_run_and_why(tmp_path: Path) -> None:
+    """Without DATABASE_URL the PostgreSQL phase was left out silently: the
+    summary listed 4 phases and said nothing of a fifth."""
+    result, calls = run_test_script(tmp_path, fail=["no-such-command"], database_url=None)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert calls.count("python -m pytest") == 2, calls  # Redis, Valkey
+    summary = result.stdout[result.stdout.index("== summary") :]
+    assert re.search(r"skipped +database tests on PostgreSQL: DATABASE_URL is not set", summary), (
+        summary
+    )
+    assert re.search(r"== total: \d+ s, 0 of 4 phase\(s\) failed, 1 skipped", summary), summary
+
+
 def test_a_phase_fails_at_its_first_failing_command(tmp_path: Path) -> None:
     result, calls = run_test_script(tmp_path, fail=["mypy"])
     assert result.returncode == 1
@@ -107,7 +124,7 @@ def test_a_phase_fails_at_its_first_failing_command(tmp_path: Path) -> None:
 def test_a_green_run_exits_zero(tmp_path: Path) -> None:
     result, _ = run_test_script(tmp_path, fail=["no-such-command"])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert re.search(r"== total: \d+ s, 0 of 5 phase\(s\) failed", result.stdout)
+    assert re.search(r"== total: \d+ s, 0 of 5 phase\(s\) failed, 0 skipped", result.stdout)
 
 
 def test_the_full_virtualenv_has_the_shops_extra_too() -> None:

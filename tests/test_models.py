@@ -457,10 +457,12 @@ def test_a_transaction_that_can_only_roll_back_takes_no_lock() -> None:
     assert stock(item) == 5
 
 
-def test_the_documented_buy_view_answers_200_409_and_423(other_thread: OtherThread) -> None:
+def test_the_documented_buy_view_answers_200_422_and_423(other_thread: OtherThread) -> None:
     """docs/inventory.md's ``buy`` view, run from the page with the suite's ``Item``
-    as its ``SKU``: what is left, 409 when sold out, 423 with a whole-second
-    ``Retry-After`` when the item's lock is held elsewhere."""
+    as its ``SKU``: what is left, 422 when sold out (not the 409 of a lost
+    lock, which a client retries), 423 with a whole-second ``Retry-After``
+    when the item's lock is held elsewhere."""
+    import json
     import re
     from pathlib import Path
 
@@ -478,7 +480,9 @@ def test_the_documented_buy_view_answers_200_409_and_423(other_thread: OtherThre
     item = Item.objects.create(stock=1)
     assert buy(item).content == b'{"left": 0}'
     sold_out = buy(item)
-    assert sold_out.status_code == 409 and sold_out.content == b'{"detail": "Only 0 left."}'
+    assert sold_out.status_code == 422 and "Retry-After" not in sold_out
+    body = json.loads(sold_out.content)
+    assert body == {"detail": "Only 0 left.", "code": "insufficient_stock", "available": 0}
     holder = Lock(Item.inventory_lock_name(item.pk), timeout=20)
     other_thread(holder.acquire)
     try:
@@ -486,5 +490,5 @@ def test_the_documented_buy_view_answers_200_409_and_423(other_thread: OtherThre
             busy = buy(item)
     finally:
         other_thread(holder.release)
-    assert busy.status_code == 423
+    assert busy.status_code == 423 and json.loads(busy.content)["code"] == "lock_busy"
     assert 1 <= int(busy["Retry-After"]) <= 20

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -81,6 +82,28 @@ def test_a_lock_use_makes_a_wait_and_a_hold_span_and_histograms(telemetry: Telem
     assert waited.count == 1
 
 
+def test_a_lock_on_django_valkey_makes_the_same_spans(telemetry: Telemetry, redis_url: str) -> None:
+    """valkey-py has no OpenTelemetry instrumentation of its own: the locks'
+    spans and histograms are recorded by this library, whichever client
+    library the cache is on."""
+    from django.test import override_settings
+
+    valkey_cache = {
+        "BACKEND": "django_valkey.cache.ValkeyCache",
+        "LOCATION": redis_url,
+        "OPTIONS": {"SOCKET_TIMEOUT": 5, "SOCKET_CONNECT_TIMEOUT": 5},
+    }
+    with override_settings(CACHES={"default": valkey_cache}), Lock("otel:valkey"):
+        pass
+    [wait] = telemetry.spans("redislock.wait")
+    [hold] = telemetry.spans("redislock.hold")
+    assert wait.attributes["redislock.outcome"] == "acquired"  # type: ignore[index]
+    assert hold.attributes["redislock.outcome"] == "released"  # type: ignore[index]
+    assert hold.attributes["redislock.name"] == "otel:valkey"  # type: ignore[index]
+    [held] = telemetry.points("redislock.hold.duration")
+    assert held.count == 1
+
+
 def test_a_real_wait_is_timed_and_a_timeout_is_counted(telemetry: Telemetry) -> None:
     time_out_in_another_thread("otel:busy", 0.3)
     waits = telemetry.spans("redislock.wait")
@@ -91,6 +114,22 @@ def test_a_real_wait_is_timed_and_a_timeout_is_counted(telemetry: Telemetry) -> 
     assert duration >= 0.25e9
     [counted] = telemetry.points("redislock.timeouts")
     assert counted.value == 1
+    assert counted.attributes == {"redislock.kind": "lock", "redislock.outcome": "timeout"}
+
+
+def test_a_timed_out_wait_span_says_who_held_the_name(telemetry: Telemetry) -> None:
+    error = time_out_in_another_thread("otel:held", 0.2)
+    [span] = [
+        s
+        for s in telemetry.spans("redislock.wait")
+        if (s.attributes or {}).get("redislock.outcome") == "timeout"
+    ]
+    attributes = dict(span.attributes or {})
+    assert error.holder is not None
+    assert attributes["redislock.holder"] == error.holder.holder
+    assert attributes["redislock.holder.pid"] == os.getpid()
+    assert attributes["redislock.held_for_seconds"] == error.held_for
+    [counted] = telemetry.points("redislock.timeouts")  # metrics stay free of pids
     assert counted.attributes == {"redislock.kind": "lock", "redislock.outcome": "timeout"}
 
 
@@ -109,6 +148,32 @@ def test_a_lost_lease_is_counted_and_its_hold_span_says_so(
     assert hold.attributes["redislock.outcome"] == "lost"  # type: ignore[index]
     [lost] = telemetry.points("redislock.lost_leases")
     assert lost.value == 1
+
+
+def test_a_lost_hold_says_whether_max_hold_stopped_it(
+    telemetry: Telemetry, redis_client: redis.Redis
+) -> None:
+    import threading
+
+    told = threading.Event()
+    with (
+        pytest.raises(LockLostError),
+        Lock("otel:capped", timeout=0.6, max_hold=0.5, on_lost=lambda hold: told.set()),
+    ):
+        assert told.wait(10)
+    lock = Lock("otel:cleared", auto_renew=False)
+    lock.acquire()
+    redis_client.delete("redislock:{otel:cleared}:lock")
+    with pytest.raises(LockLostError):
+        lock.release()
+    capped, cleared = telemetry.spans("redislock.hold")
+    assert capped.attributes["redislock.lost_cause"] == "max_hold"  # type: ignore[index]
+    assert "held longer than max_hold=0.5s" in capped.attributes["redislock.lost_reason"]  # type: ignore[index,operator]
+    assert cleared.attributes["redislock.lost_cause"] == "lease"  # type: ignore[index]
+    causes = sorted(
+        p.attributes["redislock.lost_cause"] for p in telemetry.points("redislock.lost_leases")
+    )
+    assert causes == ["lease", "max_hold"]
 
 
 def test_semaphores_and_bounded_names_in_metrics(telemetry: Telemetry) -> None:

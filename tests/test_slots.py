@@ -12,7 +12,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.test import AsyncClient, Client, override_settings
 
 from django_redislock import LockBackendError, LockTimeout, Semaphore, require_slot
-from django_redislock.responses import slot_retry_after
+from django_redislock.holds.estimates import slot_retry_after
 from tests.support import servers, slot_workers
 from tests.support.gauge import Gauge
 from tests.support.procs import CTX, processes, queued_in_turn
@@ -76,6 +76,44 @@ def test_retry_after_is_the_semaphores_hint_not_the_default_lease() -> None:
         sem.release()
 
 
+@pytest.mark.parametrize("prefix", ["export", "async"])
+def test_retry_after_comes_from_what_the_slots_calls_take_not_the_lease(prefix: str) -> None:
+    """A 1 s view under the default 30 s lease answered ``Retry-After: 30``:
+    the hint was the earliest permit's lease. Now it is the key's ended calls'
+    average hold (here a few ms: 1 s, the least), the lease only when nothing
+    is known (a key with no ended call yet)."""
+    for _ in range(3):  # calls that end: their holds are counted
+        assert Client().get(f"/{prefix}/42/").status_code == 200
+    for key in ("export:42", "export:44"):  # 44: never run, no history
+        sem = Semaphore(key, 2, timeout=60, auto_renew=False)
+        assert sem.acquire() and sem.acquire()
+        try:
+            response = Client().get(f"/{prefix}/{key.split(':')[1]}/")
+        finally:
+            sem.release()
+            sem.release()
+        assert response.status_code == 429
+        if key == "export:42":
+            assert response["Retry-After"] == "1", response["Retry-After"]
+        else:
+            assert 50 <= int(response["Retry-After"]) <= 60, response["Retry-After"]
+
+
+def test_retry_after_grows_with_the_callers_queued_ahead() -> None:
+    from django_redislock.backend import client as backend
+    from django_redislock.holds import counters
+
+    client = backend.get_client("default")
+    stats = backend.key(backend.namespace("default", "redislock"), "x", "stats")
+    queue = backend.key(backend.namespace("default", "redislock"), "x", "sem:queue")
+    counters.held(client, stats.encode(), 60_000, "x", 2.0)  # one call that held 2 s
+    refused = LockTimeout("busy", name="x", retry_after=50.0)
+    assert slot_retry_after(refused, timeout=None, limit=2) == 2
+    client.zadd(queue, {"w1": 1, "w2": 2, "w3": 3})  # three waiting ahead, two slots
+    assert slot_retry_after(refused, timeout=None, limit=2) == 4
+    assert slot_retry_after(LockTimeout("busy", name="x", retry_after=3.0), timeout=None) == 3
+
+
 def test_retry_after_without_a_hint_is_the_lease_rounded_up_and_at_least_1() -> None:
     def refused(hint: float | None) -> LockTimeout:
         return LockTimeout("busy", name="x", retry_after=hint)
@@ -120,14 +158,19 @@ def test_drf_views_get_drf_json_for_429_and_503(full: Semaphore) -> None:
         assert response.status_code == 429
         assert response["Content-Type"] == "application/json"
         assert response.json() == {
-            "detail": "Too many requests for export:42 at once; try again shortly."
+            "detail": "Too many requests for export:42 at once; try again shortly.",
+            "code": "slot_busy",
         }
+        assert response["Redislock-Error"] == "slot_busy"
         assert 1 <= int(response["Retry-After"]) <= 20
         assert Client().get("/export/43/").json() == {"ok": True}
         with servers.redis_down():
             response = Client().get("/export/42/")
         assert response.status_code == 503
-        assert response.json() == {"detail": "The lock service is unavailable; try again shortly."}
+        assert response.json() == {
+            "detail": "The lock service is unavailable; try again shortly.",
+            "code": "lock_service_unavailable",
+        }
 
 
 @pytest.mark.usefixtures("real_redis")

@@ -110,6 +110,15 @@ def detail(response: object) -> str:
     return response.content.decode()  # type: ignore[attr-defined]
 
 
+def code(response: object) -> str:
+    """The answer's machine-readable cause: its header, and the JSON's ``code``
+    (the same) for a JSON answer."""
+    header = str(response["Redislock-Error"])  # type: ignore[index]
+    if response["Content-Type"] == "application/json":  # type: ignore[index]
+        assert response.json()["code"] == header  # type: ignore[attr-defined]
+    return header
+
+
 # --- the view's lock cleared while it runs: 409, rolled back --------------------------
 
 
@@ -132,6 +141,7 @@ def test_a_view_whose_lock_is_cleared_answers_409_and_its_writes_roll_back(
             response = Client(raise_request_exception=True).get(f"/{kind}/1/")
     assert response.status_code == 409
     assert response["Retry-After"] == "1"
+    assert code(response) == "lock_lost"  # not the application's own 409 (sold out)
     assert detail(response).startswith("The lock on sku:1 was lost while this request ran")
     assert "nothing it changed was saved" in detail(response)
     assert not Item.objects.exists()  # ATOMIC_REQUESTS rolled back, not committed
@@ -171,6 +181,7 @@ def test_an_async_view_whose_lock_is_cleared_answers_409(monkeypatch: pytest.Mon
         response = Client(raise_request_exception=True).get("/async/3/")
     assert response.status_code == 409
     assert response["Retry-After"] == "1"
+    assert code(response) == "lock_lost"
     assert "The lock on sku:3 was lost" in detail(response)
 
 

@@ -1,7 +1,9 @@
 """asyncio clients that mirror the cache's synchronous connection pools.
 
-``AsyncLock`` and the async permit primitives run their round trips on a
-``redis.asyncio`` client built from the sync pool's connection arguments, one
+``AsyncLock`` and the async permit primitives run their round trips on an
+asyncio client of the sync client's own family (``redis.asyncio`` for
+redis-py, ``valkey.asyncio`` for valkey-py) built from the sync pool's
+connection arguments, one
 per (event loop, pool), so a waiting coroutine blocks no thread. Topologies
 with no plain pool (Sentinel, Cluster) get ``None``, and their callers run
 the synchronous client in a worker thread.
@@ -17,23 +19,13 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
-import redis
-import redis.asyncio
-import redis.asyncio.connection
-import redis.connection
-
-_ASYNC_CONNECTION_CLASSES: dict[type[Any], type[Any]] = {
-    redis.connection.Connection: redis.asyncio.connection.Connection,
-    redis.connection.SSLConnection: redis.asyncio.connection.SSLConnection,
-    redis.connection.UnixDomainSocketConnection: (
-        redis.asyncio.connection.UnixDomainSocketConnection
-    ),
-}
-
+from django_redislock.backend import family
 
 #: Connection arguments that are objects of the sync client (its parser class; redis-py >= 7
 #: adds maintenance-notification handlers there); the asyncio pool makes its own.
-_NOT_MIRRORED = frozenset({"retry", "redis_connect_func", "self", "parser_class"})
+_NOT_MIRRORED = frozenset(
+    {"retry", "redis_connect_func", "valkey_connect_func", "self", "parser_class"}
+)
 _SYNC_ONLY_PREFIXES = ("maint_notifications", "oss_cluster_maint_notifications", "orig_")
 
 
@@ -48,7 +40,8 @@ class _LoopClients:
     """
 
     def __init__(self, owner: _AsyncClients, loop: asyncio.AbstractEventLoop) -> None:
-        self.clients: dict[int, tuple[Any, Any]] = {}
+        #: id(sync pool) -> (the pool, its asyncio mirror client, the mirror's slots)
+        self.clients: dict[int, tuple[Any, Any, asyncio.Semaphore]] = {}
         self.retired: list[Any] = []
         closer = self._close_at_shutdown(owner, loop)
         self._closer = closer
@@ -65,7 +58,7 @@ class _LoopClients:
             yield
         finally:
             owner._forget(loop, self)
-            for client in [*(c for _, c in self.clients.values()), *self.retired]:
+            for client in [*(c for _, c, _ in self.clients.values()), *self.retired]:
                 with contextlib.suppress(Exception):
                     await client.connection_pool.disconnect()
 
@@ -89,19 +82,27 @@ class _AsyncClients:
         self._lock = threading.Lock()
         self._by_loop: dict[asyncio.AbstractEventLoop, _LoopClients] = {}
 
-    def get(self, sync_client: Any) -> Any | None:
+    def get(self, sync_client: Any) -> tuple[Any, asyncio.Semaphore] | None:
+        """The running loop's mirror of ``sync_client``'s pool, and its slots:
+        one per connection its pool may open, taken around every command
+        (``engine/connection.AsyncConnection.take``). The pool is this
+        package's alone, so they count its connections exactly, and a full
+        pool is a wait for a slot, which its caller bounds by its budget,
+        instead of redis.asyncio's ``MaxConnectionsError``."""
         pool = getattr(sync_client, "connection_pool", None)
         if pool is None:  # Redis Cluster: a pool per node, no asyncio mirror here
             return None
         loop = asyncio.get_running_loop()
-        with self._lock:
-            entry = self._by_loop.get(loop)
-            found = entry.clients.get(id(pool)) if entry is not None else None
-            if found is not None and found[0] is pool:
-                return found[1]
+        # Read without the lock (two dict lookups, each atomic): every
+        # asyncio command looks its mirror up, and only adding one needs it.
+        entry = self._by_loop.get(loop)
+        found = entry.clients.get(id(pool)) if entry is not None else None
+        if found is not None and found[0] is pool:
+            return found[1], found[2]
         client = self._build(pool)
         if client is None:
             return None
+        slots = asyncio.Semaphore(max(1, pool.max_connections - SYNC_SHARE))
         # No await since the lookup: no other task of this loop got in between.
         with self._lock:
             entry = self._by_loop.get(loop)
@@ -112,8 +113,8 @@ class _AsyncClients:
             replaced = entry.clients.get(id(pool))
             if replaced is not None:  # a pool that was replaced (new settings)
                 entry.retired.append(replaced[1])
-            entry.clients[id(pool)] = (pool, client)
-        return client
+            entry.clients[id(pool)] = (pool, client, slots)
+        return client, slots
 
     def _forget(self, loop: asyncio.AbstractEventLoop, entry: _LoopClients) -> None:
         with self._lock:
@@ -126,9 +127,10 @@ class _AsyncClients:
 
     @staticmethod
     def _build(pool: Any) -> Any | None:
-        if type(pool) is not redis.connection.ConnectionPool:
+        kin = family.of(pool)
+        if type(pool) is not kin.connection_pool:
             return None  # Sentinel, Cluster, custom pools: the caller falls back
-        async_class = _ASYNC_CONNECTION_CLASSES.get(pool.connection_class)
+        async_class = kin.async_connections.get(pool.connection_class)
         if async_class is None:
             return None
         accepted = set(inspect.signature(async_class.__init__).parameters)
@@ -141,8 +143,24 @@ class _AsyncClients:
             for k, v in pool.connection_kwargs.items()
             if k in accepted and k not in _NOT_MIRRORED and not k.startswith(_SYNC_ONLY_PREFIXES)
         }
-        async_pool = redis.asyncio.ConnectionPool(connection_class=async_class, **kwargs)
-        return redis.asyncio.Redis(connection_pool=async_pool)
+        size = pool.max_connections
+        async_pool = kin.async_module.ConnectionPool(
+            connection_class=async_class, max_connections=size, **kwargs
+        )
+        return kin.async_client(connection_pool=async_pool)
+
+
+#: Connections of the cache's cap left to the sync pool beside an asyncio
+#: mirror: the shared wake-up connection (``engine/wakeups.py``), the watchdog's
+#: renewals, the counters' writer and the janitor, so that a process's two
+#: pools together stay within the cache's ``max_connections``.
+SYNC_SHARE = 4
+
+
+def size_of(async_client: Any) -> int | None:
+    """The cap of an asyncio client's pool."""
+    size = getattr(getattr(async_client, "connection_pool", None), "max_connections", None)
+    return size if isinstance(size, int) else None
 
 
 _async_clients = _AsyncClients()
@@ -150,10 +168,8 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_async_clients._reset)
 
 
-def get_async_client(sync_client: Any) -> Any | None:
-    """An asyncio client to the same server as ``sync_client``, or ``None``.
-
-    ``None`` means the topology has no asyncio mirror here; callers then run the
-    synchronous client in a worker thread.
-    """
+def mirror(sync_client: Any) -> tuple[Any, asyncio.Semaphore] | None:
+    """An asyncio client to the same server as ``sync_client`` and its slots,
+    or ``None``: the topology has no asyncio mirror here, and callers run the
+    synchronous client in a worker thread."""
     return _async_clients.get(sync_client)

@@ -1,8 +1,9 @@
 """The one gateway to Redis: clients, key names, error translation, SCAN.
 
 No other module imports django-redis, and only this module and ``scripts``
-touch redis-py's API directly, so a change of client library or topology
-(Sentinel, Cluster) is a change here.
+touch the client's API directly, so a change of client library or topology
+(Sentinel, Cluster) is a change here. The client is redis-py's or valkey-py's
+(django-valkey): ``family`` says which, and which classes go with it.
 
 Key layout: ``<prefix>:{<name>}:<part>``. The braces make every key of one
 primitive share a Redis Cluster hash slot. Braces (and ``%``) inside a name are
@@ -12,28 +13,26 @@ reversible for display.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterator
+import inspect
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import redis
-import redis.asyncio
-import redis.asyncio.connection
-import redis.cluster
-import redis.connection
 from django.core.cache import InvalidCacheBackendError, caches
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import RedisClusterException, RedisError
 
+from django_redislock.backend import family
 from django_redislock.conf import generation
-from django_redislock.exceptions import LockBackendError, LockBackendTimeout
-
-if TYPE_CHECKING:
-    pass
+from django_redislock.exceptions import LockBackendError, LockBackendTimeout, LockPoolExhausted
 
 #: The longest a single blocking Redis command may wait when the connection has
-#: no socket timeout; waits longer than this are split, which is also the
-#: bound on how late a waiter notices a wake-up that was lost.
+#: no socket timeout (the shared wake-up connection's ``BLPOP``,
+#: ``engine/wakeups.py``), and the longest a waiter waits before it re-checks
+#: with an acquire attempt: the bound on how late a waiter notices a wake-up
+#: that was lost. A waiter blocks on no socket of its own, so its re-checks
+#: need not follow the socket timeout.
 MAX_WAIT_CHUNK = 2.0
 #: Share of the socket timeout a blocking command may use, leaving room for the
 #: round trip so that the client never times out a healthy BLPOP.
@@ -103,8 +102,7 @@ class _ClientCache:
             self._entry = (current, clients)
         found = clients.get(alias)
         if found is None:
-            client = _client_for(alias)
-            found = clients[alias] = (client, wait_chunk(client))
+            found = clients[alias] = (_client_for(alias), MAX_WAIT_CHUNK)
         return found
 
 
@@ -158,7 +156,7 @@ def get_client(alias: str) -> Any:
 
 
 def get_client_and_chunk(alias: str) -> tuple[Any, float]:
-    """The client and the longest one blocking command may wait on it."""
+    """The client and the longest a waiter on it waits before it re-checks."""
     return _clients.get(alias)
 
 
@@ -172,8 +170,11 @@ def _client_for(alias: str) -> Any:
     backend = f"{type(cache).__module__}.{type(cache).__qualname__}"
     client = getattr(cache, "client", None)
     get = getattr(client, "get_client", None)
+    refused = _refusal(alias, backend, client, get)
+    if refused is not None:
+        raise ImproperlyConfigured(refused)
     try:
-        if callable(get):  # django-redis
+        if callable(get):  # django-redis, django-valkey
             return get(write=True)
         inner = getattr(cache, "_cache", None)  # django.core.cache.backends.redis
         if inner is not None and callable(getattr(inner, "get_client", None)):
@@ -185,14 +186,41 @@ def _client_for(alias: str) -> Any:
         ) from exc
     raise ImproperlyConfigured(
         f"(django_redislock.E004) cache {alias!r} uses {backend}, which is not Redis-backed; "
-        f"use django_redis.cache.RedisCache."
+        f"use django_redis.cache.RedisCache or django_valkey.cache.ValkeyCache."
     )
 
 
+#: Modules of the cache clients that spread keys over servers (no one connection).
+_SHARDED = ("django_redis.client.sharded", "django_valkey.client.sharded")
+
+
+def _refusal(alias: str, backend: str, client: object, get: object) -> str | None:
+    """Why the cache client cannot serve the locks, as ``checks`` says it (E022,
+    E028) for the first use that runs without them; ``None`` if it can.
+
+    django-valkey's ``ShardClient.get_client()`` answers with one of its
+    shards instead of failing, and its async cache's is a coroutine: neither
+    may be called to find out."""
+    if any(cls.__module__ in _SHARDED for cls in type(client).__mro__):
+        return (
+            f"(django_redislock.E022) cache {alias!r} ({backend}) uses a ShardClient, which "
+            f"cannot give the single connection a lock needs; use its DefaultClient."
+        )
+    if inspect.iscoroutinefunction(get):
+        return (
+            f"(django_redislock.E028) cache {alias!r} ({backend}) is an asyncio-only cache, "
+            f"whose client cannot serve a Lock; give the locks a django_valkey.cache."
+            f"ValkeyCache alias on the same server (AsyncLock runs on an asyncio client "
+            f"of its own)."
+        )
+    return None
+
+
 def wait_chunk(client: Any) -> float:
-    """The longest one blocking command may wait on this client's connections."""
+    """The longest one blocking command may wait on this client's connections
+    (a share of their socket timeout, so the client never cuts a healthy one)."""
     pool = getattr(client, "connection_pool", None)
-    if isinstance(client, redis.cluster.RedisCluster):
+    if family.is_cluster(client):
         pool = client.nodes_manager  # holds the connection kwargs of every node
     kwargs = getattr(pool, "connection_kwargs", None) or {}
     socket_timeout = kwargs.get("socket_timeout")
@@ -201,19 +229,107 @@ def wait_chunk(client: Any) -> float:
     return max(MIN_WAIT_CHUNK, min(MAX_WAIT_CHUNK, float(socket_timeout) * SOCKET_TIMEOUT_SHARE))
 
 
-#: What redis-py and the socket layer raise when Redis fails or is unreachable
-#: (a Redis Cluster none of whose nodes answers raises ``RedisClusterException``,
-#: which is no ``RedisError``).
-BACKEND_ERRORS = (RedisError, RedisClusterException, OSError)
-#: What redis-py raises when it dropped the connection a command was on (it
-#: timed out, or the connection broke): the next command needs a new one.
-DROPPED = (redis.ConnectionError, redis.TimeoutError, OSError)
+if TYPE_CHECKING:
+    #: What the client library (redis-py, and valkey-py once a valkey-py client
+    #: exists: ``family.loaded``) and the socket layer raise when Redis fails or
+    #: is unreachable (a cluster none of whose nodes answers raises
+    #: ``RedisClusterException``, which is no ``RedisError``). Read on access
+    #: (``__getattr__``), as ``except backend.BACKEND_ERRORS`` does only when an
+    #: error is being handled.
+    BACKEND_ERRORS: tuple[type[BaseException], ...]
+    #: What the client library raises when it dropped the connection a command
+    #: was on (it timed out, or the connection broke): the next command needs a
+    #: new one.
+    DROPPED: tuple[type[BaseException], ...]
+    #: What a command cut by a socket timeout or ``asyncio.timeout`` raises.
+    TIMEOUTS: tuple[type[BaseException], ...]
+else:
+
+    def _timeouts() -> tuple[type[BaseException], ...]:
+        return (*family.timeouts(), TimeoutError, asyncio.TimeoutError)
+
+    _FAMILY_TUPLES = {
+        "BACKEND_ERRORS": family.backend_errors,
+        "DROPPED": family.dropped,
+        "TIMEOUTS": _timeouts,
+    }
+
+    def __getattr__(name: str) -> Any:
+        found = _FAMILY_TUPLES.get(name)
+        if found is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        return found()
+
+
+def backend_errors_and(*more: type[BaseException]) -> tuple[type[BaseException], ...]:
+    """``BACKEND_ERRORS`` and ``more``, for an ``except`` that catches both."""
+    return (*family.backend_errors(), *more)
+
+
+#: The client library's error for a pool at its cap (``MaxConnectionsError``
+#: since redis-py 5.1 and in valkey-py; redis-py 5.0 raised a plain
+#: ``ConnectionError`` with the same text): ``Family.max_connections_error``.
+_POOL_MESSAGES = frozenset({"Too many connections", "No connection available."})
+
+
+def pool_exhausted(exc: BaseException) -> bool:
+    """Whether ``exc`` says the client's pool had no connection to give (its
+    cap reached; a ``BlockingConnectionPool``'s own wait ran out): this
+    process's limit, not a Redis failure."""
+    if isinstance(exc, PoolExhausted):
+        return True
+    for kin in family.loaded():
+        if kin.max_connections_error is not None and isinstance(exc, kin.max_connections_error):
+            return True
+        if isinstance(exc, kin.connection_error) and str(exc) in _POOL_MESSAGES:
+            return True
+    return False
+
+
+def pool_size(client: Any) -> int | None:
+    """The cap of ``client``'s connection pool (``None`` where it has no single pool)."""
+    size = getattr(getattr(client, "connection_pool", None), "max_connections", None)
+    return size if isinstance(size, int) else None
+
+
+class PoolExhausted(redis.ConnectionError):
+    """No connection of the cache's pool came free within a command's budget
+    (``engine/pool.py``): every one was in use in this process. Never sent,
+    the command needs no clean-up; an acquire counts it as a timeout."""
+
+    def __init__(self, message: str, max_connections: int | None = None) -> None:
+        super().__init__(message)
+        self.max_connections = max_connections
+
+
+#: Where an operator sets the size of a cache's pool.
+POOL_SETTING = (
+    "OPTIONS {'max_connections': N} on Django's RedisCache, "
+    "OPTIONS {'CONNECTION_POOL_KWARGS': {'max_connections': N}} on django-redis "
+    "or django-valkey"
+)
+
+
+def exhausted_error(name: str, exc: BaseException) -> LockPoolExhausted:
+    """The error of a command that found no free connection; raise it ``from exc``."""
+    size = getattr(exc, "max_connections", None)
+    cap = f"all {size} connections" if size else "every connection"
+    return LockPoolExhausted(
+        f"The cache's connection pool is exhausted for lock {name!r}: {cap} of this "
+        f"process's pool are in use (Redis itself was not asked). Give the pool room for "
+        f"every thread that uses the cache at once, plus one per Redis server for waiting: "
+        f'{POOL_SETTING} (docs/operations.md, "Pool sizing").',
+        name=name,
+        max_connections=size,
+    )
 
 
 def backend_error(name: str, exc: BaseException) -> LockBackendError:
     """The ``LockBackendError`` for ``exc``; raise it ``from exc``."""
-    kind = "failed" if isinstance(exc, RedisError) else "is unreachable"
-    if isinstance(exc, redis.ConnectionError | redis.TimeoutError):
+    if pool_exhausted(exc):
+        return exhausted_error(name, exc)
+    kind = "failed" if isinstance(exc, family.library_errors()) else "is unreachable"
+    if isinstance(exc, family.connection_errors()):
         kind = "is unreachable"
     return LockBackendError(
         f"Redis {kind} for lock {name!r}: {type(exc).__name__}: {exc}", name=name
@@ -245,21 +361,13 @@ def translate_errors(name: str) -> Iterator[None]:
     """Turn redis-py and socket failures into ``LockBackendError``, cause chained."""
     try:
         yield
-    except BACKEND_ERRORS as exc:
+    except family.backend_errors() as exc:
         raise backend_error(name, exc) from exc
-
-
-@contextlib.asynccontextmanager
-async def translate_errors_async(name: str) -> AsyncIterator[None]:
-    with translate_errors(name):
-        yield
 
 
 def is_cluster(client: Any) -> bool:
     """Whether ``client`` talks to a Redis Cluster (one command cannot span hash slots)."""
-    from redis.cluster import RedisCluster
-
-    return isinstance(client, RedisCluster)
+    return family.is_cluster(client)
 
 
 def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]:
@@ -268,10 +376,11 @@ def scan(client: Any, match: str, *, count: int = 1000) -> Iterator[bytes | str]
     On a Redis Cluster every primary is scanned in turn: each holds only the
     keys of its own slots.
     """
-    if isinstance(client, redis.cluster.RedisCluster):
+    if family.is_cluster(client):
         cluster: Any = client  # partly untyped in redis-py
         for node in cluster.get_primaries():
-            yield from scan(cluster.get_redis_connection(node), match, count=count)
+            node_client = family.of(cluster).node_client(cluster, node)
+            yield from scan(node_client, match, count=count)
         return
     cursor: int = 0
     while True:

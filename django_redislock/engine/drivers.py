@@ -1,13 +1,19 @@
 """Thin drivers that run a protocol (``engine/steps.py``) on a client.
 
 ``run`` does the steps with a synchronous redis-py client, ``run_async`` on
-asyncio through an ``AsyncConnection`` (natively, or in a worker thread where
-the topology has no asyncio client); ``Redlock``'s quorum steps have a driver of
-their own beside its servers (``primitives/redlock/fanout.py``). Each sends a
-step's reply back into the protocol, or throw the step's exception into it, so clean-up and error
-translation live in the protocol, once. A step that carries its acquire's
+asyncio through an ``AsyncConnection`` (``engine/connection.py``: natively, or
+in a worker thread where the topology has no asyncio client); ``Redlock``'s
+quorum steps have a driver of their own beside its servers
+(``primitives/redlock/fanout.py``). Each executes a step by ``perform`` (or
+``perform_async``), which a primitive's first step before any protocol uses
+too, so a step is executed one way, bounds included; each sends the step's
+reply back into the protocol, or throws the step's exception into it, so
+clean-up and error translation live in the protocol, once. A step that carries its acquire's
 deadline is bounded by it even when Redis stops answering (``engine/bounds.py``);
-the others run as they always did.
+the others run as they always did. A step that meets a full connection pool
+waits for a free connection within its budget (``engine/pool.py``). A ``Wait``
+blocks on no connection of its own: it joins the process's shared wake-up
+connection for its server (``engine/wakeups.py``) and waits on a local event.
 """
 
 from __future__ import annotations
@@ -16,152 +22,27 @@ import asyncio
 import concurrent.futures
 import contextvars
 import functools
-import sys
+import logging
 import time
-from collections.abc import Awaitable, Callable, Generator
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Awaitable, Generator
+from typing import Any, TypeVar
 
-import redis
-
-from django_redislock.backend import aio as async_clients
 from django_redislock.backend import client as backend
-from django_redislock.engine import bounds, janitor
-from django_redislock.engine.steps import Call, Step
+from django_redislock.backend.scripts import WAKE
+from django_redislock.engine import bounds, janitor, pool
+from django_redislock.engine.connection import AsyncConnection, follow, in_thread, time_boxed
+from django_redislock.engine.steps import Call, Step, Wait
+from django_redislock.engine.wakeups import CONTROL_TTL_MS, AsyncWaiter, SyncWaiter, wakeups
 
-if TYPE_CHECKING:
-    from collections.abc import Sequence
+__all__ = ["AsyncConnection", "in_thread", "perform", "perform_async", "run", "run_async"]
 
-    from django_redislock.backend.scripts import Script
+logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Threads per server for the worker-thread fallback's waits and reads
-#: (``AsyncConnection.call``), never the loop's default executor: each waiter
-#: holds one for up to its wait chunk, and a handful of waiters would stall
-#: whatever else the site runs there (``asyncio.to_thread``,
-#: ``sync_to_async(thread_sensitive=False)``, DNS lookups). Waiters beyond
-#: this many queue for a thread (a late wake-up, never a lost one: the
-#: signal stays in its list). A set per server (``ServerPools``): a hung
-#: server with no socket timeout keeps the threads of its calls, and with
-#: one set for every server, waiters on the healthy ones queued behind them.
-#: Bounded waits on a pool with no sibling run here too, never on the
-#: commands' workers (``bounds.workers``): each holds its thread for up to a
-#: wait chunk, and an acquire or a release queued behind them waited as long.
-WAIT_WORKERS = 64
-waits = bounds.Workers(WAIT_WORKERS, "django-redislock-waits")
-
-
-def _cancel_requests() -> int:
-    """How many cancellations of the current task are pending (0 before Python 3.11)."""
-    cancelling = getattr(asyncio.current_task(), "cancelling", None)
-    return cancelling() if cancelling is not None else 0
-
-
-class AsyncConnection:
-    """Run scripts and commands on asyncio, natively or in a worker thread."""
-
-    def __init__(self, sync_client: Any) -> None:
-        self.sync = sync_client
-        self.aio = async_clients.get_async_client(sync_client)
-        self._cancels_before = _cancel_requests()
-
-    async def run(self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
-        if self.aio is not None:
-            return await script.run_async(self.aio, keys, args)
-        return await in_thread(script, self.sync, keys, args)
-
-    async def run_to_the_end(
-        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
-    ) -> Any:
-        """``run``, shielded: a release goes on to Redis when its caller is
-        cancelled (an ``asyncio.timeout`` or a ``TaskGroup`` ending around an
-        ``async with``). Cut short, it would leave the lock or permit held by
-        nobody for its whole lease; the caller still gets ``CancelledError``.
-
-        The shielded release is a task of the loop, and a loop that ends
-        (``asyncio.run``'s coroutine returned, Ctrl-C) cancels every task
-        left (once) and then waits for them: cancelled that way, the release
-        is sent again, so the loop runs until Redis answered, or
-        ``janitor.CLEANUP_TIMEOUT`` passed (a hung Redis).
-        Sent twice, a release is harmless: the second finds the token gone,
-        and an inner level's never frees the lock."""
-        return await asyncio.shield(self._resent_if_cancelled(script, keys, args))
-
-    async def _resent_if_cancelled(
-        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Any]
-    ) -> Any:
-        try:
-            return await self.run(script, keys, args)
-        except asyncio.CancelledError:  # the loop is ending (see run_to_the_end)
-            uncancel = getattr(asyncio.current_task(), "uncancel", None)
-            if uncancel is not None:  # Python 3.11+: no cancellation pending now
-                uncancel()
-        # a hung Redis must not hold the exit up
-        return await _bounded(self.run(script, keys, args), janitor.CLEANUP_TIMEOUT)
-
-    async def wait_signal(self, key: str | bytes, timeout: float) -> tuple[bytes, bytes] | None:
-        """``BLPOP`` one waiter's signal list: ``(key, value)``, or ``None`` in time."""
-        signal = await self.call("blpop", [key], timeout=timeout)
-        return None if signal is None else (signal[0], signal[1])
-
-    def honour_lost_cancellation(self) -> None:
-        """Raise ``CancelledError`` if the task was cancelled during a step
-        that returned all the same.
-
-        redis.asyncio writes each command under ``asyncio.wait_for``, which
-        before Python 3.12 returns normally when the task is cancelled just as
-        the write completes (CPython gh-86296): a waiter would carry on
-        waiting until its ``blocking_timeout``, an attempt would return the
-        grant to a task that was cancelled. Python 3.11 still counts the
-        request (``Task.cancelling``, compared with its count when this
-        connection was made), so ``run_async`` honours it after each step; on
-        Python 3.10 the lost cancellation cannot be seen.
-        """
-        if _cancel_requests() > self._cancels_before:
-            raise asyncio.CancelledError
-
-    async def call(self, command: str, *args: Any, **kwargs: Any) -> Any:
-        if self.aio is not None:
-            return await getattr(self.aio, command)(*args, **kwargs)
-        # a wait (BLPOP) grants nothing: a clean-up need not follow it
-        run = functools.partial(getattr(self.sync, command), *args, **kwargs)
-        future = waits.submit(contextvars.copy_context().run, run, server=self.sync)
-        return await asyncio.wrap_future(future)
-
-
-async def _bounded(run: Awaitable[T], seconds: float) -> T:
-    """``run``, given up (``TimeoutError``) after ``seconds``."""
-    if sys.version_info >= (3, 11):
-        async with asyncio.timeout(seconds):
-            return await run
-    return await asyncio.wait_for(run, seconds)
-
-
-async def in_thread(func: Callable[..., T], server: Any, *args: Any) -> T:
-    """``asyncio.to_thread(func, server, *args)`` on ``server``'s bounded
-    commands' daemon workers (not joined at exit), except when cancelled: the ``CancelledError``
-    then carries ``after``, the command's future while it may still reach
-    Redis (``None`` when it never started, or ended). The attempt's clean-up
-    follows it (``janitor.Janitor``): sent at once on another connection, it
-    could reach Redis first, find nothing to undo, and the late acquire would
-    leave the name held by nobody for its whole lease."""
-    run = contextvars.copy_context().run
-    future = bounds.workers.submit(run, func, server, *args, server=server)
-    return await follow(asyncio.wrap_future(future), future)
-
-
-async def follow(run: Awaitable[T], future: concurrent.futures.Future[Any]) -> T:
-    """Await ``run``, ``future``'s on a worker thread; a cancellation carries
-    what a clean-up must follow (``in_thread``)."""
-    try:
-        return await run
-    except asyncio.CancelledError as exc:
-        exc.after = None if future.cancel() or future.done() else future  # type: ignore[attr-defined]
-        raise
-
 
 def run(steps: Generator[Step, Any, T], client: Any) -> T:
-    """Run ``steps`` on a synchronous redis-py client."""
+    """Run ``steps`` on a synchronous redis-py client, each by ``perform``."""
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -169,23 +50,122 @@ def run(steps: Generator[Step, Any, T], client: Any) -> T:
             step = steps.send(reply) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
-            if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
-                janitor.janitor.submit(client, step, after)
-                reply = None
-            elif step.deadline is not None:
-                reply = _run_bounded(step, client, step.deadline)
-            elif isinstance(step, Call):
-                reply = step.script(client, step.keys, step.args)
-            else:
-                reply = backend.blpop(client, step.key, step.timeout)
+            reply, error = perform(step, client), None
         except BaseException as exc:
             reply, error = None, exc
 
 
-#: What a command cut by a socket timeout or ``asyncio.timeout`` raises.
-_TIMEOUTS = (redis.TimeoutError, TimeoutError, asyncio.TimeoutError)
+def perform(step: Step, client: Any, first: bool = False) -> Any:
+    """One step on a synchronous client, as ``run`` does each and a
+    primitive's first step is done before any protocol runs
+    (``LockBase._first_attempt``; ``first``, see ``_run_bounded``): a
+    ``Wait`` on the shared wake-up connection, a clean-up within its budget
+    (``_clean_up_sync``), any other ``Call`` bounded by its deadline
+    (``_run_bounded``), and on a full pool after a wait for a free
+    connection within its budget (``engine/pool.py``)."""
+    if isinstance(step, Wait):
+        return wait(step, client)
+    if step.shield or step.background:
+        return _clean_up_sync(step, client)
+    return _call(step, client, first)
+
+
+def _call(step: Call, client: Any, first: bool = False) -> Any:
+    try:
+        if step.deadline is None:
+            return step.script(client, step.keys, step.args)
+        return _run_bounded(step, client, step.deadline, first)
+    except backend.BACKEND_ERRORS as exc:
+        if not backend.pool_exhausted(exc):
+            raise
+        return _when_free(step, client)
+    finally:
+        if pool.gates.waiting:
+            pool.gates.freed(client)
+
+
+def _clean_up_sync(step: Call, client: Any) -> Any:
+    """A clean-up ``step`` (leaving the queue, an interrupted attempt undone),
+    sent at once within what is left of its budget; unanswered by then, it is
+    the janitor's (``_unanswered`` hands it over once the deadline passed),
+    and the acquire goes on to its outcome, as on asyncio (``_clean_up``).
+    A ``background`` step, or one with no time left before its acquire's
+    bound (``bounds.step_limit``: sent now, it would hold its caller past the
+    bound), is the janitor's at once, sent after ``step.after``."""
+    if step.background or (step.deadline is not None and bounds.step_limit(step.deadline) <= 0):
+        janitor.janitor.submit(client, step, step.after)
+        return None
+    try:
+        return _call(step, client)
+    except backend.TIMEOUTS as exc:
+        if not isinstance(exc, backend.Unanswered):  # not handed over yet
+            janitor.janitor.submit(client, step, getattr(exc, "after", None) or step.after)
+        return None
+
+
+def _pool_until(deadline: float) -> float:
+    """Until when a step waits for a free connection: its deadline, or for a
+    step sent later (leaving the queue) the floor from now, and never past
+    ``bounds.end_of``: the step still has to run after the wait."""
+    return min(max(deadline, time.monotonic() + bounds.FLOOR), bounds.end_of(deadline))
+
+
+def _when_free(step: Call, client: Any) -> Any:
+    """``step``, sent once a connection of the pool is free: by its deadline
+    (``_pool_until``), else ``PoolExhausted``; a step with no deadline waits
+    ``pool.PATIENCE``. The step itself is still bounded by the acquire's
+    deadline, not by the end of the wait."""
+    deadline = step.deadline
+    if deadline is None:
+        return pool.call(client, None, step.script, client, step.keys, step.args)
+    try:
+        return pool.call(client, _pool_until(deadline), _run_bounded, step, client, deadline)
+    except backend.PoolExhausted:
+        pool.log_refused(client)
+        raise
+
+
+def wait(step: Wait, client: Any) -> Any:
+    """A ``Wait`` on the process's shared wake-up connection for ``client``'s
+    server (``engine/wakeups.py``): the signal, or ``None`` once ``step.timeout``
+    passed. A waiter whose key the ``BLPOP`` under way does not list nudges it,
+    best effort: its key joins the next ``BLPOP`` anyway, and every wait ends
+    in a re-check."""
+    end = time.monotonic() + step.timeout
+    waiter = SyncWaiter(backend.as_text(step.key))
+    waker, nudge = wakeups.join(client, waiter)
+    try:
+        if nudge:
+            nudge_in_background(client, waker.control)
+        waiter.wait(end - time.monotonic())
+    finally:
+        signal = waker.leave(waiter)
+    return signal
+
+
+#: How long a nudge waits for a free connection of a full pool: past that the
+#: waker's next ``BLPOP`` (at most a chunk away) lists the key anyway.
+NUDGE_PATIENCE = 1.0
+
+
+def nudge_in_background(client: Any, control: str) -> None:
+    """Send the nudge (``WAKE``) from a worker thread, never waited for: on a
+    paused or slow Redis a nudge the waiter waited for would spend the budget
+    its re-check needs, and the acquire would overrun its bound. Best effort:
+    a nudge that fails costs its waiter a later wake-up, never a lost one."""
+    try:
+        bounds.workers.submit(_nudge, client, control, server=client)
+    except RuntimeError as exc:  # no thread can start: the next BLPOP lists the key
+        logger.debug("Could not nudge the shared wake-up connection: %s", exc)
+
+
+def _nudge(client: Any, control: str) -> None:
+    try:
+        until = time.monotonic() + NUDGE_PATIENCE
+        pool.call(client, until, WAKE, client, (control,), (CONTROL_TTL_MS,))
+    except backend.BACKEND_ERRORS as exc:
+        logger.debug("Could not nudge the shared wake-up connection: %s", exc)
 
 
 def _unanswered(step: Step, client: Any, deadline: float, exc: BaseException) -> None:
@@ -199,56 +179,42 @@ def _unanswered(step: Step, client: Any, deadline: float, exc: BaseException) ->
     raise backend.Unanswered(f"no answer within the blocking timeout: {exc}", after) from exc
 
 
-def _sync_call(step: Step, client: Any, bound: bounds.Bound | None) -> tuple[Any, tuple[Any, ...]]:
-    """The function and arguments that run ``step`` on a synchronous ``client``."""
-    if isinstance(step, Call):
-        return step.script, (client, step.keys, step.args)
-    return backend.blpop, (client, step.key, _blpop_timeout(step.timeout, bound))
+def _run_bounded(step: Call, client: Any, deadline: float, first: bool = False) -> Any:
+    """Run ``step`` so that it ends within ``bounds.step_limit`` even on a hung
+    Redis, or on a slow one where it must set up a connection first
+    (``must_connect``: each round trip of that is under the socket timeout,
+    all of them under no bound): in this thread where the client's own socket
+    timeout bounds every round trip the step may take (``Limits.fits``), else
+    on a worker thread waited for at most the limit. With no time left it is
+    not sent: a ``TimeoutError``, ``Unanswered`` by then.
 
-
-def _blpop_timeout(timeout: float, bound: bounds.Bound | None) -> float:
-    """A ``BLPOP`` under a bound waits at most its share of it (as under a socket timeout)."""
-    if bound is None:
-        return timeout
-    return max(backend.MIN_WAIT_CHUNK, min(timeout, bound.seconds * backend.SOCKET_TIMEOUT_SHARE))
-
-
-def _threads(step: Step) -> bounds.Workers:
-    """The threads a bounded ``step`` runs on where there is no sibling:
-    a wait on the waits' own (``waits``), a command on the commands'."""
-    return bounds.workers if isinstance(step, Call) else waits
-
-
-def _run_bounded(step: Step, client: Any, deadline: float) -> Any:
-    """Run ``step`` so that it ends soon after ``deadline`` even on a hung Redis,
-    or on a slow one where it must set up a connection first (``must_connect``:
-    each round trip of that is under the socket timeout, all of them under no
-    bound), then on a worker thread waited for at most the budget."""
-    remaining = deadline - time.monotonic()
-    bound = bounds.siblings.get(client, remaining)
+    An acquire's ``first`` step (its plain ``SET``) stays in this thread where
+    the socket timeout ends it by ``bounds.end_of(deadline)``, as late as a
+    step sent at the deadline may end: nothing was sent before it, and no
+    step after it outlasts that either. So ``blocking_timeout=5`` on redis-py
+    8's default 5 s socket timeout sends its ``SET`` from the caller's thread,
+    not from a worker (a thread hop per acquire, a third more CPU a cycle)."""
+    seconds = bounds.step_limit(deadline)
     try:
-        if bound is None and isinstance(step, Call) and not bounds.must_connect(client):
+        if seconds <= 0:
+            raise TimeoutError(f"no time left for {step.script!r} before the acquire's bound")
+        trips = getattr(step.script, "round_trips", 1)
+        limit = bounds.end_of(deadline) - time.monotonic() if first else seconds
+        if bounds.limits.fits(client, limit, trips) and not bounds.must_connect(client):
             # the common case: the client's own socket timeout bounds the command
             return step.script(client, step.keys, step.args)
-        if bound is not None and bound.client is None:  # no sibling: a worker thread
-            func, args = _sync_call(step, client, bound)
-            # the caller's context: a tracer's span of the command keeps its parent
-            run = contextvars.copy_context().run
-            return _threads(step).call(bound.seconds, run, func, *args, server=client)
-        target = client if bound is None else bound.client
-        func, args = _sync_call(step, target, bound)
-        if bounds.must_connect(target):
-            seconds = bounds.bucket(remaining) if bound is None else bound.seconds
-            run = contextvars.copy_context().run
-            return _threads(step).call(seconds, run, func, *args, server=target)
-        return func(*args)
-    except _TIMEOUTS as exc:
+        # the caller's context: a tracer's span of the command keeps its parent
+        run = contextvars.copy_context().run
+        return bounds.workers.call(
+            seconds, run, step.script, client, step.keys, step.args, server=client
+        )
+    except backend.TIMEOUTS as exc:
         _unanswered(step, client, deadline, exc)
         raise
 
 
 async def _within(
-    step: Step,
+    step: Call,
     conn: AsyncConnection,
     run: Awaitable[T],
     seconds: float,
@@ -261,72 +227,122 @@ async def _within(
     ``asyncio.wait_for``, which runs ``run`` in a task of its own and raises
     a cancellation of its own."""
     assert step.deadline is not None
-    bounded = _bounded(run, seconds)
-    if future is not None and isinstance(step, Call):  # a wait grants nothing
+    bounded = time_boxed(run, seconds)
+    if future is not None:
         bounded = follow(bounded, future)
     try:
         try:
             return await bounded
-        except _TIMEOUTS as exc:
+        except backend.TIMEOUTS as exc:
             if future is None:
                 raise
             raise bounds.abandoned(future, seconds) from exc
-    except _TIMEOUTS as exc:
+    except backend.TIMEOUTS as exc:
         _unanswered(step, conn.sync, step.deadline, exc)
         raise
 
 
-async def _run_bounded_async(step: Step, conn: AsyncConnection, deadline: float) -> Any:
+async def _run_bounded_async(step: Call, conn: AsyncConnection, deadline: float) -> Any:
     """``_run_bounded`` on asyncio: the bound is an ``asyncio.timeout``; where
     there is no asyncio client the step runs on a worker (``bounds.workers``),
     whose future a clean-up follows. Bounded by the budget even where the
     client's own socket timeout is shorter: that bounds each round trip, not
-    a new connection's set-up (several of them) nor a ``NOSCRIPT`` reload."""
-    remaining = deadline - time.monotonic()
-    bound = bounds.siblings.get(conn.sync, remaining)
-    seconds = bound.seconds if bound is not None else bounds.bucket(remaining)
-    run: Awaitable[Any]
+    a new connection's set-up (several of them) nor a ``NOSCRIPT`` reload.
+    A slot of the mirror pool is waited for first, outside the bound: a full
+    pool is no Redis that does not answer (``AsyncConnection.take``)."""
     if conn.aio is None:
-        func, args = _sync_call(step, conn.sync, bound)
-        future = _threads(step).submit(
-            contextvars.copy_context().run, func, *args, server=conn.sync
-        )
-        run = _within(step, conn, asyncio.wrap_future(future), seconds, future)
-    else:
-        if isinstance(step, Call):
-            run = conn.run(step.script, step.keys, step.args)
-        else:
-            run = conn.wait_signal(step.key, _blpop_timeout(step.timeout, bound))
-        run = _within(step, conn, run, seconds)
-    try:
+        _time_left(step, conn, deadline)
+        # bounded here, so not again on the worker; a full sync pool is waited for
+        func = functools.partial(pool.call, conn.sync, _pool_until(deadline), step.script,
+                                 conn.sync, step.keys, step.args)  # fmt: skip
+        future = bounds.workers.submit(contextvars.copy_context().run, func, server=conn.sync)
+        seconds = bounds.step_limit(deadline)  # a worker slow to start took its time out of it
+        run: Awaitable[Any] = _within(step, conn, asyncio.wrap_future(future), seconds, future)
         return await run
-    except _TIMEOUTS as exc:  # the connection's own socket timeout
-        _unanswered(step, conn.sync, deadline, exc)
-        raise
+    await conn.take(_pool_until(deadline))
+    try:
+        seconds = _time_left(step, conn, deadline)
+        run = _within(step, conn, conn.run(step.script, step.keys, step.args), seconds)
+        try:
+            return await run
+        except backend.TIMEOUTS as exc:  # the connection's own socket timeout
+            _unanswered(step, conn.sync, deadline, exc)
+            raise
+    finally:
+        conn.give_back()
 
 
-async def _clean_up(
-    step: Call, conn: AsyncConnection, after: concurrent.futures.Future[Any] | None
-) -> Any:
+def _time_left(step: Call, conn: AsyncConnection, deadline: float) -> float:
+    """``bounds.step_limit``; with no time left the step is not sent (``_run_bounded``)."""
+    seconds = bounds.step_limit(deadline)
+    if seconds <= 0:
+        exc = TimeoutError(f"no time left for {step.script!r} before the acquire's bound")
+        _unanswered(step, conn.sync, deadline, exc)  # past the deadline: raises Unanswered
+        raise exc
+    return seconds
+
+
+async def _clean_up(step: Call, conn: AsyncConnection) -> Any:
     """Send a clean-up ``step`` (an interrupted attempt undone), waiting for
     it at most ``janitor.CLEANUP_TIMEOUT`` (and not past the acquire's deadline
     by more than ``bounds.FLOOR``); unanswered by then, it is the janitor's
-    to send (after ``after``, the attempt's command still on a worker). Its
+    to send (after ``step.after``, the attempt's command still on a worker). Its
     caller has been cancelled, or is about to raise: on a hung Redis it must
-    not wait for it (with no ``blocking_timeout``, for ever)."""
+    not wait for it (with no ``blocking_timeout``, for ever), nor past the
+    acquire's bound (``bounds.step_limit``; with no time left, not at all)."""
     seconds = janitor.CLEANUP_TIMEOUT
     if step.deadline is not None:
-        seconds = min(seconds, max(bounds.FLOOR, step.deadline - time.monotonic()))
+        seconds = min(seconds, bounds.step_limit(step.deadline))
+    if seconds <= 0:
+        janitor.janitor.submit(conn.sync, step, step.after)
+        return None
     try:
-        return await _bounded(conn.run(step.script, step.keys, step.args), seconds)
-    except _TIMEOUTS:
-        janitor.janitor.submit(conn.sync, step, after)
+        return await time_boxed(conn.send(step.script, step.keys, step.args), seconds)
+    except backend.TIMEOUTS:
+        janitor.janitor.submit(conn.sync, step, step.after)
         return None
 
 
+async def wait_async(step: Wait, conn: AsyncConnection) -> Any:
+    """``wait`` on asyncio: the task waits on a future the shared wake-up
+    connection's thread settles; no connection, no thread of its own."""
+    end = time.monotonic() + step.timeout
+    waiter = AsyncWaiter(backend.as_text(step.key))
+    waker, nudge = wakeups.join(conn.sync, waiter)
+    try:
+        if nudge:
+            nudge_in_background(conn.sync, waker.control)
+        await waiter.wait(end - time.monotonic())
+    finally:
+        signal = waker.leave(waiter)
+    return signal
+
+
+async def perform_async(step: Step, conn: AsyncConnection) -> Any:
+    """``perform`` on asyncio, as ``run_async`` does each step and an asyncio
+    primitive's first step is done: a clean-up runs even while its caller is
+    being cancelled, in the background once it has waited for Redis long
+    enough (``_clean_up``); after any other step a cancellation redis.asyncio
+    lost is honoured (``AsyncConnection.honour_lost_cancellation``)."""
+    if isinstance(step, Wait):
+        reply = await wait_async(step, conn)
+    elif step.background:  # after ``step.after``, by the janitor
+        janitor.janitor.submit(conn.sync, step, step.after)
+        if step.shield:  # a clean-up: a cancellation changes nothing
+            return None
+        reply = None
+    elif step.shield:  # a clean-up goes on regardless of a cancellation
+        return await asyncio.shield(_clean_up(step, conn))
+    elif step.deadline is not None:
+        reply = await _run_bounded_async(step, conn, step.deadline)
+    else:
+        reply = await conn.send(step.script, step.keys, step.args)
+    conn.honour_lost_cancellation()
+    return reply
+
+
 async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
-    """Run ``steps`` on asyncio; a clean-up step runs even while being cancelled,
-    in the background once it has waited for Redis long enough (``_clean_up``)."""
+    """Run ``steps`` on asyncio, each by ``perform_async``."""
     reply: Any = None
     error: BaseException | None = None
     while True:
@@ -334,20 +350,7 @@ async def run_async(steps: Generator[Step, Any, T], conn: AsyncConnection) -> T:
             step = steps.send(reply) if error is None else steps.throw(error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
-        after, error = getattr(error, "after", None), None  # what a clean-up must follow
         try:
-            if isinstance(step, Call) and step.background:  # after ``after``, by the janitor
-                janitor.janitor.submit(conn.sync, step, after)
-                reply = None
-            elif isinstance(step, Call) and step.shield:
-                reply = await asyncio.shield(_clean_up(step, conn, after))
-            elif step.deadline is not None:
-                reply = await _run_bounded_async(step, conn, step.deadline)
-            elif isinstance(step, Call):
-                reply = await conn.run(step.script, step.keys, step.args)
-            else:
-                reply = await conn.wait_signal(step.key, step.timeout)
-            if not (isinstance(step, Call) and step.shield):  # a clean-up goes on regardless
-                conn.honour_lost_cancellation()
+            reply, error = await perform_async(step, conn), None
         except BaseException as exc:
             reply, error = None, exc

@@ -19,8 +19,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-import redis
-
+from django_redislock.backend import client as backend
 from django_redislock.engine.bounds import within
 from django_redislock.engine.threads import Lifecycle
 
@@ -124,7 +123,7 @@ class Janitor:
         waiting as long."""
         try:
             within(client, CLEANUP_TIMEOUT, lambda on: call.script(on, call.keys, call.args))
-        except (redis.RedisError, OSError) as exc:  # Abandoned is a TimeoutError (OSError)
+        except backend.BACKEND_ERRORS as exc:  # Abandoned is a TimeoutError (OSError)
             logger.debug("Clean-up %r not delivered yet: %s", call.script, exc)
             return False
         return True

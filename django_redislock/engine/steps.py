@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django_redislock.backend import client as backend
+from django_redislock.backend.values import HolderInfo, lock_holder, member_holder
 
 if TYPE_CHECKING:
     from django_redislock.backend.scripts import Script
@@ -56,15 +57,18 @@ NOT_OURS = -1
 LIMIT_MISMATCH = -2
 
 
-def acquire_reply(reply: int) -> tuple[int, int]:
+def acquire_reply(reply: int | list[Any]) -> tuple[int, int]:
     """``(status, value)`` of the lock acquire script's one-integer reply.
 
     Held: the fencing token (> 0), or -1 when none is taken yet (the value is
     then 0: taken on first use); 0: a reentrant acquire found the lock no
-    longer ours; below -1: refused, with a retry hint of ``-2 - reply`` ms.
-    Here, beside the steps that read it, because ``Lock`` and ``Redlock``'s
-    quorum both decode it.
+    longer ours; below -1: refused, with a retry hint of ``-2 - reply`` ms;
+    ``[that, value]``: refused by a holder whose value is ``value``
+    (``refusal_holder``). Here, beside the steps that read it, because
+    ``Lock`` and ``Redlock``'s quorum both decode it.
     """
+    if isinstance(reply, list):
+        return REFUSED, -2 - int(reply[0])
     if reply > 0:
         return HELD, reply
     if reply == -1:
@@ -75,11 +79,30 @@ def acquire_reply(reply: int) -> tuple[int, int]:
 
 
 def permit_reply(reply: int | list[Any]) -> tuple[int, int]:
-    """``(status, value)`` of a permit acquire script's reply: ``{status, value}``,
+    """``(status, value)`` of a permit acquire script's reply: ``{status, value}``
+    (a refusal may add the first-ending holder's member, ``refusal_holder``),
     or the bare fencing token of a grant (``> 0``)."""
     if isinstance(reply, int):
         return HELD, reply
     return int(reply[0]), int(reply[1])
+
+
+def refusal_holder(reply: Any) -> HolderInfo | None:
+    """Who held the name, from a refused acquire's reply: a ``Lock`` script's
+    ``[code, value]`` or a permit script's ``[0, hint_ms, member]``; ``None``
+    when the reply names nobody (the name was free but promised to a waiter
+    queued ahead, or the acquire never got a reply). Decoded only once an
+    acquire has given up, never on the way to a grant."""
+    if not isinstance(reply, list):
+        return None
+    try:
+        if len(reply) == 3 and isinstance(reply[2], bytes | str):
+            return member_holder(reply[2], int(reply[1]))
+        if len(reply) == 2 and isinstance(reply[1], bytes | str) and int(reply[0]) <= -2:
+            return lock_holder(reply[1], -2 - int(reply[0]))
+    except (TypeError, ValueError):  # not a reply of ours: nobody named, the timeout stands
+        logger.debug("An acquire's refusal named no holder: %r", reply)
+    return None
 
 
 # Call and Wait are never changed once built, but not frozen: a frozen
@@ -92,7 +115,9 @@ class Call:
     must run even when the caller is being cancelled. ``deadline``: the
     acquire's (``time.monotonic()``), which bounds the call even when Redis
     stops answering (``engine/bounds.py``); ``background``: send it from the
-    janitor thread once Redis answers again, without waiting."""
+    janitor thread once Redis answers again, without waiting. ``after``: for
+    a clean-up, the command it undoes while that may still reach Redis (a
+    worker's future, ``drivers.follow``): the janitor sends it after that."""
 
     script: Script
     keys: Sequence[str | bytes]
@@ -100,6 +125,7 @@ class Call:
     shield: bool = False
     deadline: float | None = None
     background: bool = False
+    after: Any = None
 
 
 @dataclass(slots=True)
@@ -141,12 +167,15 @@ class Outcome:
     """What an acquire came to: ``status`` (``HELD``, ``HANDED``, ``REFUSED``,
     or a primitive's own), its value (fencing token or retry hint in ms),
     when the last attempt was sent (a lease is measured from there), and
-    whether it waited in line first (only then does its time count as a wait)."""
+    whether it waited in line first (only then does its time count as a wait).
+    ``refusal``: a refused outcome's last reply, which may say who held the
+    name (``refusal_holder``)."""
 
     status: int
     value: int
     started: float
     waited: bool = False
+    refusal: Any = field(default=None, compare=False)
 
     @property
     def held(self) -> bool:
@@ -158,16 +187,26 @@ class AcquireResult:
     """What an acquire of any primitive came to, for its callers (``__enter__``,
     ``@require_lock``, ``MultiLock``): ``held``, or refused, with the seconds
     after which a retry may succeed (``None``: no hint). ``name``: the part
-    that refused, for a composite (``MultiLock``)."""
+    that refused, for a composite (``MultiLock``); ``holder`` and
+    ``held_for``: who held it when the acquire gave up, and for how long
+    (``LockTimeout.holder``), ``None`` when unknown."""
 
     held: bool
     retry_after: float | None = None
     name: str | None = None
+    holder: HolderInfo | None = None
+    held_for: float | None = None
 
     @staticmethod
-    def refused(retry_after_ms: int) -> AcquireResult:
-        """Refused, from a script's retry hint in ms (0 or below: no hint)."""
-        return AcquireResult(False, retry_after_ms / 1000.0 if retry_after_ms > 0 else None)
+    def refused(retry_after_ms: int, refusal: Any = None) -> AcquireResult:
+        """Refused, from a script's retry hint in ms (0 or below: no hint) and
+        its reply (``Outcome.refusal``), which may name the holder."""
+        retry_after = retry_after_ms / 1000.0 if retry_after_ms > 0 else None
+        if refusal is None:
+            return AcquireResult(False, retry_after)
+        holder = refusal_holder(refusal)
+        held_for = None if holder is None else holder.held_for()
+        return AcquireResult(False, retry_after, None, holder, held_for)
 
 
 #: The result of every acquire that holds.
@@ -254,10 +293,12 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
     deadline = attempt.deadline
     call = bounded(attempt.call, deadline)
     round_trip = 0.0  # the last attempt's, a new connection's set-up included
+    started = time.monotonic()
     try:
         while True:
             started = time.monotonic()
-            status, value = attempt.parse((yield call))
+            reply = yield call
+            status, value = attempt.parse(reply)
             round_trip = time.monotonic() - started
             if status != REFUSED:
                 if status not in (HELD, HANDED) and queued:
@@ -267,7 +308,7 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
             if not queued or _spent(deadline, round_trip):
                 if queued:
                     yield _leave(attempt, deadline, round_trip)
-                return Outcome(REFUSED, value, started, waited)
+                return Outcome(REFUSED, value, started, waited, reply)
             wait = wait_seconds(value, attempt.chunk, deadline, _slow(round_trip))
             signal = yield Wait(attempt.signal_key, wait, deadline)
             waited = True
@@ -278,6 +319,16 @@ def acquire(attempt: Attempt) -> Generator[Step, Any, Outcome]:
                 call = bounded(attempt.call, deadline)
     except GeneratorExit:
         raise
+    except backend.PoolExhausted as exc:
+        if deadline is None:  # no budget to run out of: the pool is too small
+            raise backend.exhausted_error(attempt.name, exc) from exc
+        # The budget ran out waiting for a free connection of the pool: a
+        # timeout, as for a busy lock, never an outage. Queued, it leaves the
+        # line in the background (the janitor waits for a connection too).
+        if queued:
+            leave = attempt.leave
+            yield Call(leave.script, leave.keys, leave.args, True, deadline, True)
+        return Outcome(REFUSED, 0, started, waited)
     except BaseException as exc:
         cleanup = attempt.undo or (attempt.leave if attempt.may_wait else None)
         yield from interrupted(attempt.name, cleanup, deadline, exc)
@@ -306,12 +357,11 @@ def interrupted(
     deadline): the caller never waits on a clean-up that could outlive its
     deadline."""
     unanswered = isinstance(exc, backend.Unanswered)
-    behind = (
-        unanswered or getattr(exc, "after", None) is not None or isinstance(exc, backend.DROPPED)
-    )
+    after = getattr(exc, "after", None)  # the command still on its way (drivers.follow)
+    behind = unanswered or after is not None or isinstance(exc, backend.DROPPED)
     if cleanup is not None:
         try:
-            yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind)
+            yield Call(cleanup.script, cleanup.keys, cleanup.args, True, deadline, behind, after)
         except backend.BACKEND_ERRORS as cleanup_exc:
             logger.debug("Could not clean up an interrupted acquire of %r: %s", name, cleanup_exc)
     if unanswered:
@@ -334,14 +384,17 @@ def _spent(deadline: float | None, round_trip: float) -> bool:
 
 
 def _leave(attempt: Attempt, deadline: float | None, round_trip: float) -> Call:
-    """Leaving the queue after the acquire came to an end: at once, bounded
-    by the deadline, while Redis answers promptly; in the background (the
-    janitor) once the budget is spent on a slow Redis, where the caller would
-    wait a round trip or more past the deadline."""
+    """Leaving the queue after the acquire came to an end: a clean-up
+    (``shield``), so it never changes the outcome. At once, bounded by the
+    deadline, while Redis answers promptly (the driver gives it to the janitor
+    when no time is left, or Redis did not answer in what was); in the
+    background (the janitor) once the budget is spent on a slow Redis, where
+    the caller would wait a round trip or more past the deadline."""
     leave = attempt.leave
-    if _slow(round_trip) and _spent(deadline, round_trip):
-        return Call(leave.script, leave.keys, leave.args, True, deadline, True)
-    return bounded(leave, deadline)
+    if deadline is None:
+        return leave
+    background = bool(_slow(round_trip)) and _spent(deadline, round_trip)
+    return Call(leave.script, leave.keys, leave.args, True, deadline, background)
 
 
 def single(call: Call, name: str) -> Generator[Step, Any, Any]:

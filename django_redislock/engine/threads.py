@@ -1,10 +1,11 @@
 """One lifecycle for every background thread of the package.
 
 The package runs five kinds of background thread: the watchdog's scheduler and
-lanes (``holds/watchdog.py``, ``holds/lanes.py``), the counters' and history's writers
-(``holds/writer.py``), the janitor that re-sends clean-ups (``engine/bounds.py``),
-the worker pools that bound a command by a deadline (``engine/workers.py``) and
-Redlock's per-server workers (``primitives/redlock/fanout.py``). Each must get
+lanes (``holds/watchdog.py``, ``holds/lanes.py``), the writer of the counters and history
+(``holds/counters.py``), the janitor that re-sends clean-ups (``engine/janitor.py``),
+the worker pools that bound a command by a deadline and run Redlock's per-server
+calls (``engine/workers.py``) and the shared wake-up connections of the waiters
+(``engine/wakeups.py``). Each must get
 the same four things right, and each copy once got one of them wrong, so they
 are written here once:
 

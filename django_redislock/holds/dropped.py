@@ -1,5 +1,7 @@
 """Reports of holds dropped without a release, made where logging is safe;
-and of leases lost, summarised when many are lost together.
+and of leases lost, summarised when many are lost together (``Summary``,
+the one summariser core: the lock-outage log, ``outages.py``, and the
+watchdog's retry line, ``settling.py``, use it too).
 
 A hold whose every handle was dropped while the watchdog renewed it
 (``Lock("x").acquire()`` on an object nobody keeps, a thread or task that
@@ -14,10 +16,13 @@ from its scheduler between passes.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
 import time
 from collections import Counter
+from collections.abc import Hashable
+from typing import Any, Generic, TypeVar
 
 logger = logging.getLogger("django_redislock.watchdog")
 
@@ -57,6 +62,59 @@ class DroppedHolds:
             )
 
 
+K = TypeVar("K", bound=Hashable)
+
+
+class Summary(Generic[K]):
+    """Events of one kind between two log lines: the first after a quiet
+    ``interval`` logged in full (``quiet``), those after it counted until a
+    line reports them (``take``). Counted per key for the first ``kept``
+    distinct keys (the rest only in ``count``: an outage hitting a million
+    names must not keep a million entries) and the first ``sample`` items.
+    Not thread-safe: its owner's lock guards it."""
+
+    __slots__ = ("count", "interval", "items", "kept", "keys", "last_line", "sample")
+
+    def __init__(self, interval: float, *, kept: int = 0, sample: int = 0) -> None:
+        self.interval = interval
+        self.kept = kept
+        self.sample = sample
+        #: When the last line was written (``time.monotonic``, or its owner's clock).
+        self.last_line = -math.inf
+        self.count = 0
+        self.keys: Counter[K] = Counter()
+        self.items: list[Any] = []
+
+    def quiet(self, now: float) -> bool:
+        """Whether an event ``now`` comes after a quiet interval: nothing
+        counted, the last line ``interval`` ago. Then it is logged in full,
+        and the next interval starts."""
+        if self.count or now < self.last_line + self.interval:
+            return False
+        self.last_line = now
+        return True
+
+    def add(self, key: K | None = None, item: Any = None) -> None:
+        """Count one event, for the next line."""
+        self.count += 1
+        keys = self.keys
+        if key is not None and (key in keys or len(keys) < self.kept):
+            keys[key] += 1
+        if item is not None and len(self.items) < self.sample:
+            self.items.append(item)
+
+    def due(self) -> float:
+        """When a line of what was counted is due (``inf``: nothing is)."""
+        return self.last_line + self.interval if self.count else math.inf
+
+    def take(self, now: float) -> tuple[int, Counter[K], list[Any]]:
+        """What was counted (count, per key, sample), for a line written ``now``."""
+        taken = self.count, self.keys, self.items
+        self.count, self.keys, self.items = 0, Counter(), []
+        self.last_line = now
+        return taken
+
+
 #: A first loss is logged at once, in full; those that follow within this
 #: many seconds are summarised in one line at its end (``LostLeases``).
 LOSS_INTERVAL = 5.0
@@ -81,24 +139,17 @@ class LostLeases:
     def __init__(self, logger: logging.Logger) -> None:
         self._logger = logger
         self._lock = threading.Lock()
-        self._quiet_from = 0.0  # (time.monotonic) a loss from then on is logged at once
-        self._count = 0
-        self._sample: list[str] = []
-        self._reasons: Counter[str] = Counter()
+        # per reason (every reason a burst has: a handful), and a sample of names
+        self._summary: Summary[str] = Summary(LOSS_INTERVAL, kept=1_000, sample=LOSS_SAMPLE)
 
     def report(self, kind: str, name: str, holder: str, held: float, reason: str) -> bool:
         """Log one loss, or count it for the summary; ``True`` when counted
         (then ``flush`` must run at ``due()``)."""
         now = time.monotonic()
         with self._lock:
-            counted = self._count > 0 or now < self._quiet_from
+            counted = not self._summary.quiet(now)
             if counted:
-                self._count += 1
-                if len(self._sample) < LOSS_SAMPLE:
-                    self._sample.append(f"{kind} {name!r}")
-                self._reasons[reason.split(": ", 1)[0]] += 1
-            else:
-                self._quiet_from = now + LOSS_INTERVAL
+                self._summary.add(reason.split(": ", 1)[0], f"{kind} {name!r}")
         if not counted:
             self._logger.warning(
                 "Lost the lease of %s %r held by %s for %.3f s: %s",
@@ -112,18 +163,16 @@ class LostLeases:
 
     def due(self) -> float:
         """When ``flush`` has a summary to log (``inf``: none is waiting)."""
-        return self._quiet_from if self._count else float("inf")
+        return self._summary.due()
 
     def flush(self, *, force: bool = False) -> None:
         """Log the summary of the losses counted, once its interval is over
         (or now, ``force``: the watchdog's thread is about to exit)."""
         now = time.monotonic()
         with self._lock:
-            if not self._count or (now < self._quiet_from and not force):
+            if not self._summary.count or (now < self._summary.due() and not force):
                 return
-            count, sample, reasons = self._count, self._sample, self._reasons
-            self._count, self._sample, self._reasons = 0, [], Counter()
-            self._quiet_from = now + LOSS_INTERVAL
+            count, reasons, sample = self._summary.take(now)
         more = f" and {count - len(sample):,} more" if count > len(sample) else ""
         self._logger.warning(
             "Lost the leases of %s more holds in the last %g s (%s%s): %s. Each holder "

@@ -18,16 +18,19 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Generator, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from django_redislock import context, signals
 from django_redislock.backend import client as backend
+from django_redislock.engine import pool
 from django_redislock.holds import counters
+from django_redislock.holds.renewals import RENEWAL_SENDS
 from django_redislock.holds.watchdog import watchdog
 
 if TYPE_CHECKING:
     from django_redislock.backend.scripts import Script
+    from django_redislock.holds.losses import LossHooks
 
 logger = logging.getLogger(__name__)
 
@@ -71,8 +74,10 @@ class Holding:
         "active",
         "client",
         "depth",
+        "detached",
         "fencing_token",
         "holder",
+        "hooks",
         "keys",
         "kind",
         "lease",
@@ -143,6 +148,10 @@ class Holding:
         #: The release script's KEYS.
         self.keys = keys
         self.sigprefix = sigprefix
+        self._begin()
+
+    def _begin(self) -> None:
+        """The state every holding starts in, whatever it holds."""
         #: ``batch_slot``'s, once known (-1: not yet).
         self.slot: int | None = -1
         #: What the primitive's release script takes besides the keys, when
@@ -150,9 +159,13 @@ class Holding:
         self.release_args: list[Any] = []
         self.active = True
         self.releasing = False
+        #: Handed off by ``detach()``: over for this holder, not released.
+        self.detached = False
         self.lost: str | None = None
         #: The watchdog's (``holds/watchdog.py``): whether it renews this hold.
         self.watch_state = 0
+        #: What the holder asked to be told of a loss (``holds/losses.py``), if anything.
+        self.hooks: LossHooks | None = None
 
     @property
     def renew_interval(self) -> float:
@@ -209,62 +222,65 @@ class Holding:
         return slot
 
     def renew(self) -> bool:
-        """The watchdog's renewal; ``False`` if the lease is no longer ours.
-        Sent alone; ``renewal`` tells what is sent and what the replies mean."""
-        steps = self.renewal()
-        try:
-            lease = next(steps)
-            while True:
-                try:
-                    ours = self.send_lease(lease)
-                except BaseException as exc:
-                    lease = steps.throw(exc)
-                else:
-                    lease = steps.send(ours)
-        except StopIteration as done:
-            return bool(done.value)
-
-    def renewal(self) -> Generator[float, bool, bool]:
-        """A renewal's steps, for whoever sends them (``renew`` alone,
-        ``renewal_batches`` many in one pipeline): it yields each lease to
-        send (``renew_call``), takes whether Redis answered that the lease is
-        ours (or the error the send raised, thrown in, which comes back out),
-        and returns ``False`` if the lease is no longer ours.
-
-        An ``extend()`` to another lease can cross a renewal on its way (another
-        thread, another connection): if the renewal reached Redis second, it put
-        back the lease it had read before. So a renewal that finds the lease
-        changed under it sends the new one once more. Crossed again, it leaves
-        the deadline where the extends put it (the earlier end), by which the
-        watchdog comes back soon: one holder's extends never keep the thread
-        from the others' leases."""
-        for _ in range(2):
-            if not self.active:
+        """The watchdog's renewal, sent alone; ``False`` if the lease is no
+        longer ours. A batch (``holds/renewals.py``) follows the same rules,
+        ``renewal_started`` and ``renewal_ended``. An ``extend()`` to another
+        lease can cross a renewal on its way (another thread, another
+        connection): if the renewal reached Redis second, it put back the
+        lease it had read before. So a renewal that finds the lease changed
+        under it sends the new one once more. Crossed again
+        (``RENEWAL_SENDS``), it leaves the deadline where the extends put it
+        (the earlier end), by which the watchdog comes back soon: one holder's
+        extends never keep the thread from the others' leases."""
+        for _ in range(RENEWAL_SENDS):
+            begun = self.renewal_started()
+            if begun is None:
                 return True
-            with self.lease_lock:
-                generation, lease = self.lease_generation, self.lease
-                self.renewing_lease = lease
+            lease, generation = begun
             started = time.monotonic()
             try:
-                ours = yield lease
-            finally:
-                with self.lease_lock:
-                    self.renewing_lease = None
-            if not ours:
-                # A release sent while this renewal was on its way may have run
-                # first on the server: then "not ours" is the release, not a
-                # loss; the release's own answer decides.
-                return self.releasing
-            with self.lease_lock:
-                if generation == self.lease_generation:
-                    self.lease_deadline = self.deadline_of(started, lease)
-                    return True
+                ours = self.send_lease(lease)
+            except BaseException:
+                self.renewal_ended(lease, generation, started, None)
+                raise
+            outcome = self.renewal_ended(lease, generation, started, ours)
+            if outcome is not None:
+                return outcome
         return True
+
+    def renewal_started(self) -> tuple[float, int] | None:
+        """A renewal about to be sent: the lease it carries, marked as on its
+        way (``renewing_lease``, which an ``extend()`` reads), and the lease's
+        generation then; ``None`` when the hold is over (nothing to renew)."""
+        if not self.active:
+            return None
+        with self.lease_lock:
+            lease = self.renewing_lease = self.lease
+            return lease, self.lease_generation
+
+    def renewal_ended(
+        self, lease: float, generation: int, started: float, ours: bool | None
+    ) -> bool | None:
+        """A renewal of ``lease`` sent at ``started`` was answered: ``ours``
+        whether the lease is still ours (``None``: an error, its sender's to
+        raise). Its outcome (``True`` renewed, ``False`` lost), or ``None``:
+        send again (an ``extend()`` crossed it) or no answer."""
+        with self.lease_lock:
+            self.renewing_lease = None
+            if ours and generation == self.lease_generation:
+                self.lease_deadline = self.deadline_of(started, lease)
+                return True
+        if not ours and ours is not None:
+            # A release sent while this renewal was on its way may have run
+            # first on the server: then "not ours" is the release, not a
+            # loss; the release's own answer decides.
+            return self.releasing
+        return None
 
     def send_lease(self, lease: float) -> bool:
         """Make ``lease`` the lease in Redis from now on; ``False`` if not ours."""
         with backend.translate_errors(self.name):
-            return bool(self.renew_script(self.client, *self.renew_call(lease)))
+            return bool(pool.send(self.renew_script, self.client, *self.renew_call(lease)))
 
     def deadline_of(self, started: float, lease: float) -> float:
         """The lease's end as this holder measures it, never later than Redis's."""
@@ -321,6 +337,12 @@ class Holding:
             watchdog.report_lost(
                 self.kind, self.name, self.holder, time.monotonic() - self.acquired_at, reason
             )
+        hooks = self.hooks  # first: the holder hears of it at once
+        if hooks is not None:
+            try:
+                hooks.fire(self, reason)
+            except Exception:  # the watchdog's lane, or the holder's release, goes on
+                logger.exception("Telling the holder of %r of its loss failed", self.name)
         self._count_lost()
         signals.notify(
             signals.lock_lost,
@@ -354,8 +376,7 @@ class Holding:
         """Tallied and written in the background (``counters``): often the
         lease was lost because its server hangs, and the reports of the other
         leases held there must not wait on a round trip to it."""
-        if self.stats_key is not None:
-            counters.lost(self.client, self.stats_key, self.stats_ttl_ms)
+        counters.lost(self.client, self.stats_key, self.stats_ttl_ms, self.name)
 
     def end(self) -> None:
         """Stop renewing; the holding is over, however it ended."""

@@ -10,9 +10,10 @@ work, so an idle process keeps no thread; one that cannot start is not fatal:
 its renewals are sent from the scheduler's thread. What a lane does with a
 batch is ``holds/settling.py``'s.
 
-``Lanes`` is a base of ``Watchdog`` (``holds/watchdog.py``), which owns the
-state used here: its lock, its lanes, the lifecycle that starts their
-threads, and how long a lane lingers idle.
+``Lanes`` is a part of ``Watchdog`` (``holds/watchdog.py``), given what it
+shares with it when made: the watchdog's lock (a lane's jobs are queued
+under it), the lifecycle that starts the threads, and how long a lane
+lingers idle. It owns the lanes.
 """
 
 from __future__ import annotations
@@ -50,17 +51,24 @@ class _Lane:
 
 
 class Lanes:
-    """The sending side of ``Watchdog``: its jobs, run in their lanes."""
+    """The sending side of ``Watchdog``: its jobs, run in their lanes.
 
-    _lock: threading.Lock
-    _lanes: dict[Hashable, _Lane]
-    _life: Lifecycle
+    ``idle_exit()``: seconds a lane's thread lingers without work before it
+    exits, read each time one waits."""
 
-    def _idle_exit(self) -> float:
-        """Seconds a lane's thread lingers without work before it exits."""
-        raise NotImplementedError
+    def __init__(
+        self, lock: threading.Lock, life: Lifecycle, idle_exit: Callable[[], float]
+    ) -> None:
+        self._lock = lock
+        self._life = life
+        self._idle_exit = idle_exit
+        self._lanes: dict[Hashable, _Lane] = {}
 
-    def _dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
+    def oldest_due(self) -> list[float]:
+        """(Under the lock.) When the first job waiting in each lane was due."""
+        return [queue.jobs[0][1].due for queue in self._lanes.values() if queue.jobs]
+
+    def dispatch(self, lane: Hashable, jobs: list[_Job]) -> None:
         """Run ``jobs`` in ``lane``'s thread, after that lane's earlier jobs and
         beside other lanes'; here, when no thread can start for it."""
         with self._lock:
@@ -115,4 +123,4 @@ class Lanes:
             left = list(queue.jobs)
             queue.jobs.clear()
         if left:
-            self._dispatch(lane, left)
+            self.dispatch(lane, left)

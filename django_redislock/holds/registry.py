@@ -16,6 +16,10 @@ keeps renewing a hold that nobody can release any more. A task gets a
 registry of its own, never its parent's (a task copies its creator's context,
 so the registry is checked against the task it belongs to). After
 ``fork()`` the child starts with an empty registry.
+
+A handle's view of its holder's holds is ``Handles``: one stateless object per
+kind of holder (``THREAD_HANDLES``, ``TASK_HANDLES``), which a handle's class
+names and whose methods take the handle, so nothing is built for it per handle.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ if TYPE_CHECKING:
 
 class _Hold(Protocol):
     active: bool
+    detached: bool
 
 
 _H = TypeVar("_H", bound=_Hold)
@@ -151,81 +156,98 @@ def task_registry(kind: str) -> Registry[Any]:
     return registry
 
 
-class Handle:
+class _Handle(Protocol):
+    """A lock handle (``Lock``, ``AsyncLock``, ``Redlock``), as its ``Handles`` use it."""
+
+    def _own_hold_key(self) -> HoldKey:
+        """What the holder's registry knows this handle's name and cache alias by."""
+        ...
+
+
+class Handles:
     """A lock handle's view of its holder's holds (``Lock``, ``AsyncLock``,
-    ``Redlock``).
+    ``Redlock``): one stateless object per kind of holder, the thread
+    (``THREAD_HANDLES``) or the asyncio task (``TASK_HANDLES``), named by the
+    handle's class (``_handles``); every method is given the handle. No object
+    per handle: a view builds a new ``Lock`` per request.
 
     A handle remembers the holds it took or re-entered in the current holder
-    (``_entered``, latest last), which are what keep them alive; its release,
+    (``entered``, latest last), which are what keep them alive; its release,
     ``extend`` and ``owned`` apply to the latest of those, else to the
-    holder's hold of the name taken through another handle (``_registry``).
+    holder's hold of the name taken through another handle (``registry``).
     """
 
-    def _entered(self) -> list[Holding]:
-        """The holds this handle took or re-entered in the current holder, latest last."""
+    __slots__ = ()
+
+    def entered(self, handle: Any) -> list[Holding]:
+        """The holds ``handle`` took or re-entered in the current holder, latest last."""
         raise NotImplementedError
 
-    def _registry(self) -> Registry[Holding]:
+    def registry(self) -> Registry[Holding]:
+        """The current holder's holds."""
         raise NotImplementedError
 
-    def _hold_key(self, alias: str, key: str) -> HoldKey:
-        return (alias, key)
-
-    def _current(self, key: HoldKey | None) -> Holding | None:
-        """The hold a release, extend or ``owned`` of this handle applies to: the
+    def current(self, handle: _Handle, key: HoldKey | None) -> Holding | None:
+        """The hold a release, extend or ``owned`` of ``handle`` applies to: the
         latest one it took, else the current holder's hold of the name (taken
-        through another handle); ``key`` is ``_hold_key`` when it is at hand."""
-        taken = self._taken()
+        through another handle); ``key`` is its ``_own_hold_key()`` when it is
+        at hand."""
+        taken = self.taken(handle)
         if taken is not None:
             return taken
         if key is None:
-            key = self._own_hold_key()
-        return self._registry().get(key)
+            key = handle._own_hold_key()
+        return self.registry().get(key)
 
-    def _taken(self, entered: list[Holding] | None = None) -> Holding | None:
-        """The latest hold this handle took in the current holder and has not
-        released to the end (``_current`` without its fallback); ``entered``:
-        ``_entered()``, when the caller has it."""
+    def taken(self, handle: _Handle, entered: list[Holding] | None = None) -> Holding | None:
+        """The latest hold ``handle`` took in the current holder and has not
+        released to the end (``current`` without its fallback); ``entered``:
+        ``entered(handle)``, when the caller has it."""
         if entered is None:
-            entered = self._entered()
+            entered = self.entered(handle)
         while entered and not entered[-1].active and entered[-1].lost is None:
+            if entered[-1].detached:  # kept for the block it was detached in to leave
+                return None
             entered.pop()  # released to the end through another handle
         return entered[-1] if entered else None
 
-    def _own_hold_key(self) -> HoldKey:
-        """``_hold_key`` of this handle's name and cache alias."""
-        raise NotImplementedError
-
-    def _reentry(self, key: HoldKey, registry: Registry[Holding] | None = None) -> Holding | None:
+    def reentry(self, key: HoldKey, registry: Registry[Holding] | None = None) -> Holding | None:
         """The current holder's live hold of the name, to nest into; a hold
         already known lost is reported once more, forgotten and not nested into
         (the caller acquires afresh; the handle that took it is told at its
-        release). ``registry``: ``_registry()``, when the caller has it."""
-        holding = (registry or self._registry()).get(key)
+        release). ``registry``: ``registry()``, when the caller has it."""
+        holding = (registry or self.registry()).get(key)
         if holding is not None and holding.lost is not None:
-            self._supersede(holding, holding.lost)
+            supersede(holding, holding.lost)
             return None
         return holding
 
-    @staticmethod
-    def _supersede(holding: Holding, reason: str) -> None:
-        """Report ``holding`` lost and end it: its holder no longer holds it."""
-        holding.mark_lost(reason)
-        holding.end()
-
-    def _took(
-        self, key: HoldKey, holding: Holding, registry: Registry[Holding] | None = None
+    def took(
+        self,
+        handle: _Handle,
+        key: HoldKey,
+        holding: Holding,
+        registry: Registry[Holding] | None = None,
     ) -> None:
-        """Record a new or re-entered hold for this handle and its holder."""
+        """Record a new or re-entered hold for ``handle`` and its holder: one
+        call per acquire (the registry's ``put`` written in, but for a prune)."""
+        entered = self.entered(handle)
         if holding.depth == 1:
-            (registry or self._registry()).put(key, holding)
-        self._entered().append(holding)
+            registry = registry or self.registry()
+            held = registry.held
+            if len(held) >= registry.prune_at:
+                registry.put(key, holding)
+            else:
+                held[key] = weakref.ref(holding)
+            while entered and entered[-1].detached:  # handed off earlier: over
+                entered.pop()
+        entered.append(holding)
 
-    def _left(self, holding: Holding, entered: list[Holding] | None = None) -> None:
-        """After a release of ``holding`` through this handle, whatever its
-        outcome; ``entered``: ``_entered()``, when the caller has it."""
+    def left(self, handle: _Handle, holding: Holding, entered: list[Holding] | None = None) -> None:
+        """After a release of ``holding`` through ``handle``, whatever its
+        outcome; ``entered``: ``entered(handle)``, when the caller has it."""
         if entered is None:
-            entered = self._entered()
+            entered = self.entered(handle)
         if not holding.active and holding.lost is None:  # released to the end
             if len(entered) == 1 and entered[0] is holding:  # the common case
                 entered.pop()
@@ -237,19 +259,63 @@ class Handle:
             entered.pop()
 
 
-class ThreadHandle(Handle):
-    """A handle whose holder is the current thread (``Lock``, ``Redlock``).
+def supersede(holding: Holding, reason: str) -> None:
+    """Report ``holding`` lost and end it: its holder no longer holds it."""
+    holding.mark_lost(reason)
+    holding.end()
 
-    ``_local``, a ``threading.local`` made when the handle is built, keeps
-    what this handle entered in each thread."""
 
+class _ThreadHandle(_Handle, Protocol):
     _local: threading.local
 
-    def _entered(self) -> list[Holding]:
-        entered: list[Holding] | None = getattr(self._local, "entered", None)
+
+class ThreadHandles(Handles):
+    """The holder is the current thread (``Lock``, ``Redlock``).
+
+    A handle's ``_local``, a ``threading.local`` made when it is built, keeps
+    what it entered in each thread."""
+
+    __slots__ = ()
+
+    def entered(self, handle: _ThreadHandle) -> list[Holding]:
+        entered: list[Holding] | None = getattr(handle._local, "entered", None)
         if entered is None or (entered and entered[0].pid != os.getpid()):
-            entered = self._local.entered = []  # new thread, or inherited through fork()
+            entered = handle._local.entered = []  # new thread, or inherited through fork()
         return entered
 
-    def _registry(self) -> Registry[Holding]:
-        return thread_registry()
+    #: the function itself, not a method calling it: once per acquire
+    registry = staticmethod(thread_registry)
+
+
+class _TaskHandle(_Handle, Protocol):
+    _entered_by: weakref.WeakKeyDictionary[asyncio.Task[Any], list[Holding]]
+
+
+class TaskHandles(Handles):
+    """The holder is the current asyncio task (``AsyncLock``).
+
+    A handle's ``_entered_by``, a ``WeakKeyDictionary`` by task made when it
+    is built, keeps what it entered in each task, an entry forgotten when its
+    task is done (``forget_when_done``). ``kind`` is what the error outside
+    a task calls the handle."""
+
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def entered(self, handle: _TaskHandle) -> list[Holding]:
+        task = current_task(self.kind)
+        entered = handle._entered_by.get(task)
+        if entered is None or (entered and entered[0].pid != os.getpid()):
+            if entered is None:
+                forget_when_done(self.kind, handle._entered_by)
+            entered = handle._entered_by[task] = []
+        return entered
+
+    def registry(self) -> Registry[Holding]:
+        return task_registry(self.kind)
+
+
+THREAD_HANDLES = ThreadHandles()
+TASK_HANDLES = TaskHandles("AsyncLock")

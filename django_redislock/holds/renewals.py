@@ -17,13 +17,15 @@ few attribute reads and writes. The call goes through redis-py's public
 ``Script`` path (``evalsha``, ``execute_command``): a tracer sees it, a
 ``NOSCRIPT`` reply loads the script and sends it again.
 
-Each renewal's outcome is what it would be alone (``Holding.renewal``): a
-lease found not ours is lost unless a release is on its way; an ``extend()``
-that crossed the call makes that renewal send the new lease once more (all
-such in one more call); an error reply for one key (a key of another type)
-fails that renewal only, and the call's own error (the server unreachable)
-fails each renewal of the call, with its own name, for the watchdog to retry
-or give up on as it would one sent alone.
+Each renewal's outcome is what it would be alone, because the call follows
+each holding's own rules (``Holding.renewal_started``, ``renewal_ended``)
+and only carries what they ask to send: a lease found not ours is lost
+unless a release is on its way; an ``extend()`` that crossed the call makes
+that renewal send the new lease once more (all such in one more call); an
+error reply for one key (a key of another type) fails that renewal only, and
+the call's own error (the server unreachable) fails each renewal of the
+call, with its own name, for the watchdog to retry or give up on as it would
+one sent alone.
 
 Sent alone (``Renewable.renew``): a lane's only renewal waiting, a
 ``Redlock``'s (it waits on several servers at once), and one whose holding
@@ -34,16 +36,16 @@ lease end, the call's earliest first.
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Generator, Hashable, Iterable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import Hashable, Iterable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar, cast
 
 from redis.exceptions import ResponseError
 
-from django_redislock.backend.client import BACKEND_ERRORS, backend_error
+from django_redislock.backend import client as backend
+from django_redislock.backend.client import backend_error
 from django_redislock.backend.scripts import (
     LOCK_EXTEND,
     LOCK_RENEW,
@@ -51,10 +53,15 @@ from django_redislock.backend.scripts import (
     PERMIT_RENEW,
     Script,
 )
+from django_redislock.engine import pool
 
 #: The most renewals one call carries by default (``RENEWAL_BATCH``): a few
 #: hundred keep one call around a millisecond of the server's time.
 MAX_BATCH = 256
+
+#: The most times one renewal sends its lease (``Holding.renew``): once, and
+#: once more when an ``extend()`` crossed it.
+RENEWAL_SENDS = 2
 
 #: Each extend script's batch form, by the extend script's SHA.
 BATCHED = {LOCK_EXTEND.sha: LOCK_RENEW, PERMIT_EXTEND.sha: PERMIT_RENEW}
@@ -70,21 +77,16 @@ Result = tuple["Renewable", float, Outcome]
 
 
 class Renewable(Protocol):
-    """What the watchdog needs of a holding; the lease's state (``token`` to
-    ``releasing``) only of one with a ``batch_client``."""
+    """What the watchdog needs of a holding (``Batched``: and of one that
+    can be renewed with others)."""
 
     lease_deadline: float
     name: str
     renew_script: Script
-    renew_keys: Sequence[str | bytes]
-    token: str
-    lease: float
-    lease_generation: int
-    lease_lock: threading.Lock
-    renewing_lease: float | None
     active: bool
-    releasing: bool
     watch_state: int
+    #: What the holder asked for on loss (``holds/losses.py``), or ``None``.
+    hooks: Any
 
     @property
     def renew_interval(self) -> float: ...
@@ -106,12 +108,21 @@ class Renewable(Protocol):
     def renew(self) -> bool:
         """Extend the lease one more term, alone; ``False`` if it is no longer ours."""
 
-    def renewal(self) -> Generator[float, bool, bool]:
-        """``renew``'s steps: yields each lease to send, takes the answer."""
-
-    def deadline_of(self, started: float, lease: float) -> float: ...
-
     def mark_lost(self, reason: str) -> None: ...
+
+
+class Batched(Renewable, Protocol):
+    """A holding with a ``batch_client``: what one script call carries of
+    it, and the renewal rules ``Holding.renew`` follows alone."""
+
+    renew_keys: Sequence[str | bytes]
+    token: str
+
+    def renewal_started(self) -> tuple[float, int] | None: ...
+
+    def renewal_ended(
+        self, lease: float, generation: int, started: float, ours: bool | None
+    ) -> bool | None: ...
 
 
 def take_batch(jobs: deque[tuple[W, R]], limit: int = MAX_BATCH) -> tuple[W, list[R]]:
@@ -129,7 +140,7 @@ def renew_all(refs: Iterable[weakref.ref[Renewable]]) -> Iterator[Result]:
     """Renew the holdings still alive of ``refs``: those that can share a
     script call (``batch_client``, a batch script, a slot) in one, the others
     alone. An error never escapes: it is that renewal's outcome."""
-    together: dict[tuple[int, str, int | None], list[Renewable]] = {}
+    together: dict[tuple[int, str, int | None], list[Batched]] = {}
     for ref in refs:
         holding = ref()
         if holding is None:
@@ -139,7 +150,8 @@ def renew_all(refs: Iterable[weakref.ref[Renewable]]) -> Iterator[Result]:
         if client is None or script is None:
             yield _alone(holding)
         else:
-            together.setdefault((id(client), script.sha, holding.batch_slot), []).append(holding)
+            key = (id(client), script.sha, holding.batch_slot)
+            together.setdefault(key, []).append(cast("Batched", holding))
         holding = client = None  # kept by nobody while the next is renewed
     for group in together.values():
         yield from (_together(group) if len(group) > 1 else [_alone(group[0])])
@@ -153,83 +165,67 @@ def _alone(holding: Renewable) -> Result:
         return holding, started, exc
 
 
-def _together(holdings: list[Renewable]) -> list[Result]:
-    """Renewals of one client, batch script and slot: one call per lease
-    they carry; then, in one more per lease, those an extend crossed (as
-    ``Holding.renewal``, at most two sends each)."""
+def _together(holdings: list[Batched]) -> list[Result]:
+    """Renewals of one client, batch script and slot, each by its holding's
+    own rules (``renewal_started``, ``renewal_ended``, as ``Holding.renew``
+    alone): one call per lease they carry, then one more per lease for those
+    an extend crossed (at most ``RENEWAL_SENDS`` sends each)."""
     client = holdings[0].batch_client
     script = BATCHED[holdings[0].renew_script.sha]
     started = time.monotonic()
     results: list[Result] = []
     pending = holdings
-    for _ in range(2):
-        crossed: list[Renewable] = []
-        for lease, sent in _by_lease(pending, results, started).items():
-            crossed += _send(script, client, lease, sent, results, started)
-        pending = crossed
+    for _ in range(RENEWAL_SENDS):
+        by_lease: dict[float, list[tuple[Batched, int]]] = {}
+        for holding in pending:
+            begun = holding.renewal_started()
+            if begun is None:  # released meanwhile
+                results.append((holding, started, True))
+            else:
+                by_lease.setdefault(begun[0], []).append((holding, begun[1]))
+        pending = []
+        for lease, sent in by_lease.items():
+            pending += _send(script, client, lease, sent, results, started)
         if not pending:
             return results
-    # Crossed twice: the deadline stays where the extends put it (the earlier
-    # end), by which the watchdog comes back soon.
+    # Crossed every time: as Holding.renew, the deadline stays where the
+    # extends put it (the earlier end), by which the watchdog comes back soon.
     results.extend((holding, started, True) for holding in pending)
     return results
-
-
-def _by_lease(
-    holdings: list[Renewable], results: list[Result], started: float
-) -> dict[float, list[tuple[Renewable, int]]]:
-    """The live holdings by the lease each sends now (marked on its way,
-    ``renewing_lease``), with their lease's generation; one released
-    meanwhile is done."""
-    by_lease: dict[float, list[tuple[Renewable, int]]] = {}
-    for holding in holdings:
-        if not holding.active:
-            results.append((holding, started, True))
-            continue
-        with holding.lease_lock:
-            generation = holding.lease_generation
-            lease = holding.renewing_lease = holding.lease
-        by_lease.setdefault(lease, []).append((holding, generation))
-    return by_lease
 
 
 def _send(
     script: Script,
     client: Any,
     lease: float,
-    sent: list[tuple[Renewable, int]],
+    sent: list[tuple[Batched, int]],
     results: list[Result],
     started: float,
-) -> list[Renewable]:
-    """One call renewing ``sent`` to ``lease``; each outcome to ``results``
-    but those an extend crossed, which are returned (to send again)."""
+) -> list[Batched]:
+    """One call renewing ``sent`` (each with its lease's generation) to
+    ``lease``; each outcome to ``results`` but those to send again (an
+    extend crossed them), which are returned."""
     called = time.monotonic()
     args: list[Any] = [int(lease * 1000)]
     args += [holding.token for holding, _ in sent]
     try:
-        reply = script(client, [holding.renew_keys[0] for holding, _ in sent], args)
+        reply = pool.send(script, client, [holding.renew_keys[0] for holding, _ in sent], args)
     except Exception as exc:
         failed: dict[int, Any] | Exception = exc
     else:
         failed = {int(reply[i]) - 1: reply[i + 1] for i in range(0, len(reply), 2)}
-    crossed = []
+    again = []
     for index, (holding, generation) in enumerate(sent):
         code = failed if isinstance(failed, Exception) else failed.get(index, True)
-        with holding.lease_lock:
-            holding.renewing_lease = None
-            if code is True and generation == holding.lease_generation:
-                holding.lease_deadline = holding.deadline_of(called, lease)
-                results.append((holding, started, True))
-                continue
-        if code is True:
-            crossed.append(holding)
-        elif code == 0:
-            # A release sent while this renewal was on its way may have run
-            # first on the server: then "not ours" is the release, not a loss.
-            results.append((holding, started, holding.releasing))
-        else:
+        ours = True if code is True else False if code == 0 else None
+        outcome = holding.renewal_ended(lease, generation, called, ours)
+        if ours is None:
             results.append((holding, started, _error(holding.name, code)))
-    return crossed
+        elif outcome is None:
+            again.append(holding)
+        else:
+            results.append((holding, started, outcome))
+    return again
 
 
 def _error(name: str, code: Any) -> Exception:
@@ -237,7 +233,7 @@ def _error(name: str, code: Any) -> Exception:
     error text in the reply) as ``LockBackendError`` with the cause chained."""
     if isinstance(code, bytes | str):
         code = ResponseError(code.decode() if isinstance(code, bytes) else code)
-    if isinstance(code, BACKEND_ERRORS):
+    if isinstance(code, backend.BACKEND_ERRORS):
         error = backend_error(name, code)
         error.__cause__ = code
         return error

@@ -2,23 +2,26 @@
 it, tell ``Lag`` how late it went, then schedule each lease's next renewal
 (all under one lock), retry it, or report its loss (``Holding.mark_lost``).
 
-``Settling`` is a base of ``Watchdog`` (``holds/watchdog.py``), which owns
-the state used here: its condition, its ``Schedule``, ``Lag`` and retry log.
+``Settling`` is a part of ``Watchdog`` (``holds/watchdog.py``), given what
+it needs of it when made: how to schedule renewed holds (the watchdog's
+schedule), how to stop watching one, and its ``Lag``. It owns the retry log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from django_redislock.exceptions import LockBackendError
+from django_redislock.holds.dropped import Summary
 from django_redislock.holds.lag import Lag
+from django_redislock.holds.losses import capped_reason
 from django_redislock.holds.renewals import MAX_BATCH, Renewable, Result, renew_all
-from django_redislock.holds.schedule import Entry, Schedule
+from django_redislock.holds.schedule import Entry
 
 logger = logging.getLogger("django_redislock.holds.watchdog")
 
@@ -32,22 +35,34 @@ def _due(holding: Renewable, now: float) -> float:
     """A third of the way into the lease; sooner when what is left of it, as the
     holder measures it, is shorter (a handoff's first lease, an extend that
     crossed a renewal)."""
-    return now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+    due = now + min(holding.renew_interval, max(0.0, holding.lease_deadline - now) / 3)
+    hooks = holding.hooks
+    if hooks is not None and hooks.until < due:  # max_hold: looked at when it is reached
+        until: float = hooks.until
+        return max(until, now)
+    return due
 
 
 class Settling:
-    """The renewal side of ``Watchdog``, run in its lanes."""
+    """The renewal side of ``Watchdog``, run in its lanes.
 
-    _cond: threading.Condition
-    _schedule: Schedule
-    _wake_at: float
-    lagging: Lag
-    _retry_logged: list[Any]
+    ``renewed([(holding, due), ...])`` schedules each one's next renewal;
+    ``unwatch(holding)`` renews it no more; ``lagging`` is told how late the
+    renewals go."""
 
-    def unwatch(self, holding: Renewable) -> None:
-        raise NotImplementedError
+    def __init__(
+        self,
+        renewed: Callable[[list[tuple[Renewable, float]]], None],
+        unwatch: Callable[[Renewable], None],
+        lagging: Lag,
+    ) -> None:
+        self._renewed = renewed
+        self._unwatch = unwatch
+        self.lagging = lagging
+        #: Renewals failed and retried: a line a second (a server down fails them all).
+        self._retries: Summary[None] = Summary(RETRY_LOG_EVERY)
 
-    def _overdue(self, entries: list[Entry]) -> None:
+    def overdue(self, entries: list[Entry]) -> None:
         """Report renewals still unanswered at their lease end; the lag
         first, so a process told it is behind hears it before its losses."""
         now = time.monotonic()
@@ -57,7 +72,7 @@ class Settling:
         holdings = [holding for holding in (entry.ref() for entry in entries) if holding]
         _each(holdings, lambda h: h.mark_lost("no answer to the renewal before the lease ended"))
 
-    def _renew(self, entries: list[Entry]) -> None:
+    def renew(self, entries: list[Entry]) -> None:
         """Renew these holdings, together where they can be (``renewals``);
         tell ``Lag`` how late they go; then schedule each one's next renewal
         (under one lock), or retry it, or report its loss."""
@@ -66,7 +81,7 @@ class Settling:
         share = max((now - entry.due) / (entry.lease or 1.0) for entry in entries)
         with contextlib.suppress(Exception):  # a logging handler's error: renew anyway
             self.lagging.observe(late, share, len(entries), now)
-        refs = [entry.ref for entry in entries]
+        refs = self._uncapped(entries, now)
         del entries
         renewed: list[tuple[Renewable, float]] = []
         failed: list[Result] = []
@@ -76,8 +91,25 @@ class Settling:
                 renewed.append((holding, _due(holding, started)))
             else:
                 failed.append(result)
-        self._reschedule_all(renewed)
+        self._renewed(renewed)
         _each(failed, self._settle)
+
+    def _uncapped(self, entries: list[Entry], now: float) -> list[weakref.ref[Renewable]]:
+        """The entries to renew: a hold past its ``max_hold`` is renewed no
+        more and reported lost (``holds/losses.py``), the reason saying so."""
+        refs = []
+        capped = []
+        for entry in entries:
+            holding = entry.ref()
+            hooks = None if holding is None else holding.hooks
+            if hooks is not None and now >= hooks.until:
+                capped.append(holding)
+            else:
+                refs.append(entry.ref)
+        holding = None  # kept by nobody while the others are renewed
+        if capped:
+            _each(capped, lambda h: self.lose(h, capped_reason(h.hooks.max_hold)))
+        return refs
 
     def _settle(self, result: Result) -> None:
         """After a renewal that did not renew: retry, or report the loss."""
@@ -85,9 +117,9 @@ class Settling:
         if isinstance(outcome, Exception):
             self._failed(holding, started, outcome)
         elif not outcome:
-            self._lose(holding, "the lease was gone when the watchdog renewed it")
+            self.lose(holding, "the lease was gone when the watchdog renewed it")
         else:
-            self._reschedule(holding, _due(holding, started))
+            self._renewed([(holding, _due(holding, started))])
 
     def _failed(self, holding: Renewable, started: float, exc: Exception) -> None:
         """A renewal sent at ``started`` raised ``exc``: retry, or report the
@@ -104,36 +136,21 @@ class Settling:
         else:
             reason = f"could not renew before the lease ended: {exc!r}"
         if now + 1.5 * RETRY_DELAY + 2 * (now - started) >= holding.lease_deadline:
-            self._lose(holding, reason)
+            self.lose(holding, reason)
             return
         if not isinstance(exc, LockBackendError):
             logger.error("Lease renewal crashed; retrying", exc_info=exc)
-        elif now - self._retry_logged[0] < RETRY_LOG_EVERY:
-            self._retry_logged[1] += 1  # a line a second: a server down fails them all
+        elif now < self._retries.last_line + RETRY_LOG_EVERY:
+            self._retries.add()
         else:
-            more, self._retry_logged[:] = self._retry_logged[1], [now, 0]
+            more = self._retries.take(now)[0]
             since = f" ({more:,} more failed since the last such line)" if more else ""
             logger.warning("Lease renewal failed, retrying: %s%s", exc, since)
-        self._reschedule(holding, time.monotonic() + RETRY_DELAY)
+        self._renewed([(holding, time.monotonic() + RETRY_DELAY)])
 
-    def _reschedule(self, holding: Renewable, due: float) -> None:
-        """After a renewal (from its lane): the next one is due at ``due``."""
-        self._reschedule_all([(holding, due)])
-
-    def _reschedule_all(self, renewed: list[tuple[Renewable, float]]) -> None:
-        """After renewals (from their lane): each one's next is due when given."""
-        if not renewed:
-            return
-        earliest = float("inf")
-        with self._cond:
-            for holding, due in renewed:
-                if self._schedule.renewed(holding, due):
-                    earliest = min(earliest, due)
-            if earliest < self._wake_at:
-                self._cond.notify()
-
-    def _lose(self, holding: Renewable, reason: str) -> None:
-        self.unwatch(holding)
+    def lose(self, holding: Renewable, reason: str) -> None:
+        """Renew ``holding`` no more and report its loss (``Holding.mark_lost``)."""
+        self._unwatch(holding)
         holding.mark_lost(reason)
 
 

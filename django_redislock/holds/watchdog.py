@@ -44,16 +44,15 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Hashable
-from typing import Any
 
 from django_redislock.engine.threads import Lifecycle
 from django_redislock.exceptions import LockError
 from django_redislock.holds.dropped import DroppedHolds, LostLeases, Report
 from django_redislock.holds.lag import Lag
-from django_redislock.holds.lanes import Lanes, _Job, _Lane
+from django_redislock.holds.lanes import Lanes, _Job
 from django_redislock.holds.renewals import Renewable
 from django_redislock.holds.schedule import RENEW, Entry, Schedule
-from django_redislock.holds.settling import RETRY_DELAY, RETRY_LOG_EVERY, Settling, _due
+from django_redislock.holds.settling import RETRY_DELAY, Settling, _due
 
 logger = logging.getLogger(__name__)
 
@@ -75,10 +74,14 @@ ADMIT_BATCH = 64
 UNWATCHED, ARRIVED, SCHEDULED = 0, 1, 2
 
 
-class Watchdog(Settling, Lanes):
+class Watchdog:
+    """The scheduler: what is watched and when it is due. What is sent, and
+    what follows, are its parts: ``lanes`` (``holds/lanes.py``) and
+    ``settling`` (``holds/settling.py``), each given what it shares."""
+
     def __init__(self) -> None:
-        self._reset()
         self._life = Lifecycle(SCHEDULER_THREAD, self._reset)
+        self._reset()
 
     def _reset(self) -> None:
         """Empty, with no thread: new, or a forked child's (which must never
@@ -93,11 +96,11 @@ class Watchdog(Settling, Lanes):
         self._arrivals: deque[tuple[weakref.ref[Renewable], float]] = deque()
         self._thread: threading.Thread | None = None
         self._wake_at = float("inf")
-        self._lanes: dict[Hashable, _Lane] = {}
         self._dropped = DroppedHolds()
         self.losses = LostLeases(logging.getLogger("django_redislock.holds.holding"))
         self.lagging = Lag(type(self), self._census)
-        self._retry_logged: list[Any] = [-RETRY_LOG_EVERY, 0]  # when, failures not logged since
+        self.lanes = Lanes(self._lock, self._life, self._idle_exit)
+        self.settling = Settling(self.renewed, self.unwatch, self.lagging)
 
     def _forked(self) -> None:
         """Reset in a child forked without the fork hooks (``os.fork`` from C,
@@ -217,12 +220,17 @@ class Watchdog(Settling, Lanes):
 
     def unwatch(self, holding: Renewable) -> None:
         """Renew ``holding`` no more. A released hold still queued costs no
-        lock: the scheduler drops it when it admits it (``_admit``)."""
+        lock: the scheduler drops it when it admits it (``_admit``). The last
+        scheduled hold's release wakes the scheduler, which waits for that
+        hold's next renewal (a long lease's is minutes away): its idle
+        countdown (``IDLE_EXIT``) starts now."""
         if holding.watch_state != SCHEDULED and not holding.active:
             return  # queued (the scheduler drops it), or never watched
         with self._lock:
             self._admit()
             self._schedule.remove(id(holding))
+            if not self._watched and self._thread is not None:
+                self._cond.notify()
 
     def watching(self) -> int:
         """How many holdings are renewed (a dropped one no more, even before the next pass)."""
@@ -236,7 +244,7 @@ class Watchdog(Settling, Lanes):
         now = time.monotonic()
         with self._lock:
             self._admit()
-            oldest = [queue.jobs[0][1].due for queue in self._lanes.values() if queue.jobs]
+            oldest = self.lanes.oldest_due()
             due = self._schedule.oldest_due()
         if due is not None:
             oldest.append(due)
@@ -254,6 +262,19 @@ class Watchdog(Settling, Lanes):
         """``IDLE_EXIT`` for a lane (``Lanes``): one setting for both kinds of
         thread, read each time one waits."""
         return IDLE_EXIT
+
+    def renewed(self, renewed: list[tuple[Renewable, float]]) -> None:
+        """After renewals (from their lane, ``Settling``): each one's next is
+        due when given."""
+        if not renewed:
+            return
+        earliest = float("inf")
+        with self._cond:
+            for holding, due in renewed:
+                if self._schedule.renewed(holding, due):
+                    earliest = min(earliest, due)
+            if earliest < self._wake_at:
+                self._cond.notify()
 
     def _run(self) -> None:
         """The scheduler's passes, until idle for ``IDLE_EXIT``. One that raises
@@ -292,7 +313,7 @@ class Watchdog(Settling, Lanes):
             self.losses.flush(force=True)  # nobody else would log them
             return False
         for lane, jobs in due.items():
-            self._dispatch(lane, jobs)
+            self.lanes.dispatch(lane, jobs)
         return True
 
     def _idle(self, idle_since: list[float], now: float) -> bool:
@@ -333,9 +354,9 @@ class Watchdog(Settling, Lanes):
         due_now: dict[Hashable, list[_Job]] = {}
         for kind, entry, lane in found:
             if kind == RENEW:
-                due_now.setdefault(lane, []).append((self._renew, entry))
+                due_now.setdefault(lane, []).append((self.settling.renew, entry))
             else:
-                due_now.setdefault(("overdue", lane), []).append((self._overdue, entry))
+                due_now.setdefault(("overdue", lane), []).append((self.settling.overdue, entry))
         return due_now, earliest
 
 

@@ -16,6 +16,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext as _
 
+from django_redislock.ops.history import percentile
+
 if TYPE_CHECKING:
     from django_redislock.ops.history import NameHistory
 
@@ -94,9 +96,16 @@ def median(values: Sequence[float | None]) -> float | None:
 def name_charts(entry: NameHistory) -> dict[str, Any]:
     """One name's hot-names history with its charts, labelled with measured
     values over the hour the charts show: the peak and the median (of the
-    minutes with any) of acquisitions per minute, the highest p95 and the
-    median p50 of waits (histogram bucket bounds, hence "at most"), and the
-    mean wait, which is exact."""
+    minutes with any) of acquisitions per minute, the p95 and p50 of the
+    hour's waits (histogram bucket bounds, hence "at most"), and the mean
+    wait, which is exact.
+
+    The wait labels are percentiles of the hour's pooled histogram, not the
+    highest p95 and the median p50 of the minutes: a median of bucket bounds
+    averaged two of them (a name with one 10 s wait read "p95 peak <= 30000
+    ms, p50 median <= 15001 ms", a bound no bucket has), and the two could
+    disagree for a single sample. Pooled, p50 <= p95 always, and one sample
+    gives one bound."""
     waits = entry.totals["waits"]
     return {
         "name": entry.name,
@@ -108,7 +117,7 @@ def name_charts(entry: NameHistory) -> dict[str, Any]:
         ),
         "acquired_peak": peak(entry.acquired),
         "acquired_median": median(entry.acquired),
-        "peak_p95": peak(entry.p95_ms),
-        "median_p50": median(entry.p50_ms),
+        "hour_p95": percentile(entry.waits, 0.95),
+        "hour_p50": percentile(entry.waits, 0.5),
         "mean_wait_ms": entry.totals["wait_ms"] / waits if waits else None,
     }

@@ -7,6 +7,7 @@ failures into one ``OpsError`` whose message fits on one line.
 
 from __future__ import annotations
 
+import datetime
 import fnmatch
 from collections.abc import Iterable
 from typing import Any
@@ -15,6 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from django_redislock.backend import client as backend
 from django_redislock.conf import get_settings
+from django_redislock.editing import lease as edit_leases
 from django_redislock.ops import inspection
 from django_redislock.ops.inspection import HeldInfo
 from django_redislock.validation import check_name
@@ -70,7 +72,26 @@ def check_kinds(selected: Iterable[str] | None) -> list[str] | None:
     return names
 
 
+def edit_lease_data(name: str, holder: str) -> dict[str, Any] | None:
+    """An admin edit lease's object, user and since (``editing/lease.py``), or
+    ``None`` for any other hold."""
+    found = edit_leases.parse(name, holder)
+    if found is None:
+        return None
+    editor = found.editor
+    return {"model": found.model, "pk": found.pk, "user": editor.username,
+            "user_id": editor.user_id, "since": editor.since}  # fmt: skip
+
+
+def edit_lease_text(edit: dict[str, Any]) -> str:
+    """An edit lease in one line, for people: ``ana editing shop.sku 1 since 10:42:00 UTC``."""
+    since = datetime.datetime.fromtimestamp(edit["since"], tz=datetime.timezone.utc)
+    return f"{edit['user']} editing {edit['model']} {edit['pk']} since {since:%H:%M:%S} UTC"
+
+
 def holder_data(info: HeldInfo) -> list[dict[str, Any]]:
+    """Each holder as plain data; an admin edit lease's holder also as
+    ``edit_lease`` (object, user, since)."""
     return [
         {
             "holder": h.holder,
@@ -79,6 +100,9 @@ def holder_data(info: HeldInfo) -> list[dict[str, Any]]:
             "fencing_token": h.fencing_token,
             "count": h.count,
             "mode": h.mode,
+            # the server's clock when the hold was detached, waiting for its adopter
+            "detached_since": h.detached_since,
+            "edit_lease": edit_lease_data(info.name, h.holder),
         }
         for h in info.holders
     ]

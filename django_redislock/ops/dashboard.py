@@ -17,7 +17,7 @@ from django_redislock import context
 from django_redislock.backend import client as backend
 from django_redislock.ops import history as hot
 from django_redislock.ops import inspection
-from django_redislock.ops.common import Page, holder_data, info_data
+from django_redislock.ops.common import Page, edit_lease_text, holder_data, info_data
 
 #: Waiters listed per row (the count is always complete).
 WAITERS_SHOWN = 5
@@ -90,19 +90,25 @@ def waiters(
 
 #: Kinds whose per-name counters are kept (``counters.py``); the others are
 #: shown as not counted rather than as zeros (the hot-names panel has them all).
-COUNTED_KINDS = frozenset({"lock"})
+COUNTED_KINDS = frozenset({"lock", "leadership"})
 
 
 def holders(info: inspection.HeldInfo, now: float) -> list[dict[str, Any]]:
     """``ops.holder_data`` plus each holder's context, ``held_for`` at ``now``
     (never negative: a holder's clock may run ahead of the server's), its
-    ``lease`` and whether the hold began as a handoff (``handed_over``)."""
+    ``lease``, whether the hold began as a handoff (``handed_over``) and,
+    for a hold detached and waiting for its adopter, for how long
+    (``detached_for``, else ``None``)."""
     found = holder_data(info)
     for data, holder in zip(found, info.holders, strict=True):
         data.update(who(holder.holder))
         data["held_for"] = None if holder.since is None else round(max(0.0, now - holder.since), 1)
         data["lease"] = holder.lease
         data["handed_over"] = holder.handed_over
+        detached = holder.detached_since
+        data["detached_for"] = None if detached is None else round(max(0.0, now - detached), 1)
+        if data["edit_lease"] is not None:  # what it runs, in words: who edits what
+            data["runs"] = "admin edit lease: " + edit_lease_text(data["edit_lease"])
     return found
 
 
@@ -123,6 +129,7 @@ def rows(page: Page, client: Any, prefix: str, *, now: float | None = None) -> l
         )
         row["lease"] = max((h["lease"] for h in row["holders"] if h["lease"]), default=None)
         row["handed_over"] = any(h["handed_over"] for h in row["holders"])
+        row["detached"] = any(h["detached_for"] is not None for h in row["holders"])
         row["counted"] = row["kind"] in COUNTED_KINDS
         row["queue"] = [
             {"position": w.position, "waited": round(w.waited, 1), **who(w.holder)}
@@ -163,6 +170,7 @@ def detail(client: Any, prefix: str, name: str, *, now: float) -> list[dict[str,
         data["holders"] = holders(info, now)
         data["lease"] = info.extra.get("lease")
         data["handed_over"] = any(h["handed_over"] for h in data["holders"])
+        data["detached"] = any(h["detached_for"] is not None for h in data["holders"])
         data["counted"] = info.kind in COUNTED_KINDS
         data["queue"] = [
             {"position": w.position, "waited": round(w.waited, 1), **who(w.holder)} for w in line

@@ -24,10 +24,12 @@ from django_redislock.ops.kinds import (
     UNREADABLE,
     HeldInfo,
     Kind,
+    LeadershipKind,
     LockKind,
     RWLockKind,
     SemaphoreKind,
 )
+from django_redislock.ops.once import IdempotencyKind, OnceKind
 
 __all__ = [
     "CHANGED_HANDS",
@@ -39,6 +41,7 @@ __all__ = [
     "HeldInfo",
     "HolderInfo",
     "Kind",
+    "LeadershipKind",
     "LockKind",
     "RWLockKind",
     "SemaphoreKind",
@@ -66,7 +69,14 @@ def holders_signature(info: HeldInfo) -> str:
 
 
 #: Every kind the tools know about; primitives add theirs here.
-KINDS: list[Kind] = [LockKind(), SemaphoreKind(), RWLockKind()]
+KINDS: list[Kind] = [
+    LockKind(),
+    SemaphoreKind(),
+    RWLockKind(),
+    LeadershipKind(),
+    IdempotencyKind(),
+    OnceKind(),
+]
 
 
 def kinds(selected: Iterable[str] | None = None) -> list[Kind]:
@@ -87,11 +97,14 @@ def held_names(
 ) -> Iterator[str]:
     """Names of ``kind`` held now (SCAN; a name may repeat if keys move during the scan)."""
     match = f"{_glob_escape(prefix)}:{{*}}:{kind.main_part}"
+    owns = getattr(kind, "owns", None)  # kinds sharing a main part tell their names apart
     for raw in backend.scan(client, match, count=count):
         parsed = backend.parse_key(prefix, raw)
         if parsed is None or parsed[1] != kind.main_part:
             continue
         name = parsed[0]
+        if owns is not None and not owns(name):
+            continue
         if pattern is None or fnmatch.fnmatchcase(name, pattern):
             yield name
 

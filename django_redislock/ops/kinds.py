@@ -11,9 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from redis.exceptions import ResponseError
-
 from django_redislock.backend import client as backend
+from django_redislock.backend import family
 from django_redislock.backend.values import (
     HolderInfo,
     LockState,
@@ -22,6 +21,7 @@ from django_redislock.backend.values import (
     parse_lock_value,
     parse_member,
 )
+from django_redislock.primitives.leadership_common import LEADER_PREFIX
 
 
 @dataclass(frozen=True)
@@ -103,6 +103,11 @@ class LockKind:
     main_part = "lock"
     prefix = ""  # of the queue parts
 
+    def owns(self, name: str) -> bool:
+        """Whether a ``lock`` key of ``name`` is this kind's: a leadership's
+        lock (``leader:<name>``) is shown as a leadership, not as a lock."""
+        return not name.startswith(LEADER_PREFIX)
+
     def describe(self, client: Any, prefix: str, name: str) -> HeldInfo | None:
         return self.describe_many(client, prefix, [name])[0]
 
@@ -115,6 +120,10 @@ class LockKind:
         a batch is a few hundred names, so no command blocks the server."""
         from django_redislock.backend.scripts import INSPECT_LOCKS
 
+        owned = [self.owns(name) for name in names]
+        if not all(owned):  # another kind's names: described by that kind
+            found = iter(self.describe_many(client, prefix, [n for n in names if self.owns(n)]))
+            return [next(found) if mine else None for mine in owned]
         keys = [backend.key(prefix, name, "lock") for name in names]
         if backend.is_cluster(client):
             pipe = client.pipeline(transaction=False)
@@ -123,7 +132,7 @@ class LockKind:
                 pipe.pttl(key)
             # a key of another type fails its GET only (read as unreadable)
             replies: list[Any] = [
-                "" if isinstance(reply, ResponseError) else reply
+                "" if isinstance(reply, family.response_errors()) else reply
                 for reply in pipe.execute(raise_on_error=False)
             ]
         else:  # a script call per SCRIPT_BATCH names: far less client work than 2 per name
@@ -166,6 +175,7 @@ class LockKind:
             since=state.since,
             lease=state.lease,
             handed_over=state.handed_over,
+            detached_since=state.detached_since,
         )
         return HeldInfo(
             name=name,
@@ -221,6 +231,17 @@ class LockKind:
         return [int(n) for reply in pipe.execute() for n in reply]
 
 
+class LeadershipKind(LockKind):
+    """A ``Leadership`` (``primitives/leadership.py``): the lock ``leader:<name>``.
+    Its holder is the leader, ``since`` when it was elected, and its queued
+    waiters are the standbys."""
+
+    kind = "leadership"
+
+    def owns(self, name: str) -> bool:
+        return name.startswith(LEADER_PREFIX)
+
+
 class _PermitKind:
     """Semaphores and read-write locks: a ZSET of holders scored by lease end."""
 
@@ -242,7 +263,7 @@ class _PermitKind:
         keys = PERMIT_DESCRIBE.keys_of(self._keys(prefix, name))
         try:
             reply = PERMIT_DESCRIBE(client, keys, PERMIT_DESCRIBE.args_of())
-        except ResponseError as exc:  # a key of another type, written by hand
+        except family.response_errors() as exc:  # a key of another type, written by hand
             if "WRONGTYPE" not in str(exc):
                 raise
             return unreadable(name, self.kind)

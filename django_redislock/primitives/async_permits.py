@@ -8,7 +8,8 @@ from __future__ import annotations
 import asyncio
 import time
 import weakref
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from django_redislock import signals
 from django_redislock.backend import client as backend
@@ -20,16 +21,23 @@ from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid
 from django_redislock.holds.registry import forget_when_done
-from django_redislock.primitives.base import AsyncPrimitive, token_of, token_of_async
+from django_redislock.primitives import guarded
+from django_redislock.primitives.base import token_of, token_of_async
 from django_redislock.primitives.permits import PermitBase
 
+_A = TypeVar("_A", bound="AsyncPermitPrimitive")
 
-class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
+
+class AsyncPermitPrimitive(PermitBase):
     """The asyncio API of a permit primitive; a holder is the object in one task.
 
     Round trips go through ``AsyncLock``'s connection mirror, so a waiting
-    coroutine blocks no thread; the watchdog renews the permits.
+    coroutine blocks no thread; the watchdog renews the permits. With
+    ``cancel_on_loss``, a loss cancels the holding task; leaving the block then
+    raises ``LockLostError`` (``guarded.aleave``).
     """
+
+    asyncio_holds = True
 
     def __init__(self, name: str, **options: Any) -> None:
         super().__init__(name, **options)
@@ -93,17 +101,12 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         keys, args = self._release_call(holding)
         sent = time.monotonic()
         try:
-            with backend.translate_errors(self.name):
-                conn = AsyncConnection(holding.client)
-                result = await conn.run_to_the_end(self.release_script, keys, args)
-        except LockBackendError as exc:
-            error = self._unreachable(holding, exc, sent, "released it")
-            holding.end()
-            raise error from error.__cause__
-        except BaseException:
-            holding.end()
-            raise
-        self._after_release(holding, result)
+            conn = AsyncConnection(holding.client)
+            result = await conn.run_to_the_end(self.release_script, keys, args)
+        except BaseException as error:
+            self._released(holding, sent, error=error)
+        else:
+            self._released(holding, sent, result)
 
     async def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease of this holder's latest permit from now on
@@ -116,12 +119,23 @@ class AsyncPermitPrimitive(PermitBase, AsyncPrimitive):
         """Whether this holder's latest permit is live, according to Redis."""
         return bool(self._stack()) and self._owns(await self.holders())
 
+    async def __aenter__(self: _A) -> _A:
+        return await guarded.aenter(self)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await guarded.aleave(self, exc_type, exc)
+
     async def holders(self) -> list[HolderInfo]:
         """Every live holder (see ``Semaphore.holders``)."""
 
         client, keys = self._describe_keys()
         with backend.translate_errors(self.name):
-            reply = await AsyncConnection(client).run(
+            reply = await AsyncConnection(client).send(
                 PERMIT_DESCRIBE, keys, PERMIT_DESCRIBE.args_of()
             )
         return parse_holders(reply, mode_from_token=bool(self.token_mode))

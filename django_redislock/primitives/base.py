@@ -1,11 +1,11 @@
-"""What every single-name primitive shares: its options, its settings resolved
-once per settings generation (``Resolved``: client, keys, lease), its holding's
-extend, and the sync and asyncio ``with`` blocks.
+"""What every single-name primitive shares: its settings resolved once per
+settings generation (``Resolved``: client, keys, lease), its holding's extend
+and release outcome, and its loss API (``primitives/told.py``).
 
 The claim itself (token, lease, renewal, loss) is ``holds/holding.py``'s; the
-fair acquire and its wait are ``engine/steps.py``'s; the error wording and the
-sync ``with`` block are ``primitives/guarded.py``'s, shared with ``MultiLock``
-and ``Redlock``.
+fair acquire and its wait are ``engine/steps.py``'s; the options, the error
+wording and the sync and asyncio ``with`` blocks are ``primitives/guarded.py``'s,
+shared with ``MultiLock`` and ``Redlock``.
 """
 
 from __future__ import annotations
@@ -13,28 +13,29 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Generator
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from django_redislock.backend import client as backend
 from django_redislock.conf import LockSettings, generation, get_settings
 from django_redislock.engine import drivers
 from django_redislock.engine import steps as protocol
-from django_redislock.engine.steps import AcquireResult, Call, Step
-from django_redislock.exceptions import LockBackendError, LockError, LockLostError
+from django_redislock.engine.steps import Call, Step
+from django_redislock.exceptions import LockBackendError, LockError
 from django_redislock.holds.holding import Holding
+from django_redislock.primitives import told
 from django_redislock.primitives.guarded import Worded
 from django_redislock.validation import (
-    Options,
     check_alias,
     check_lease,
     check_name,
+    checked_options,
     fixed,
     wait_budget,
 )
 
 if TYPE_CHECKING:
     from django_redislock.backend.scripts import Script
+    from django_redislock.holds.losses import LossOptions
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,9 @@ class Resolved:
         "keys",
         "lease",
         "lease_ms",
+        "max_hold",
+        "release_keys",
+        "renew_keys",
         "script_keys",
         "settings",
         "sigprefix",
@@ -103,6 +107,13 @@ class Resolved:
         self.lease = primitive._lease(settings)
         self.lease_ms = int(self.lease * 1000)
         self.auto_renew = primitive._renews(settings)
+        #: ``REDISLOCK["MAX_HOLD"]``: what caps a hold whose handle sets no ``max_hold``.
+        self.max_hold = settings.max_hold
+        #: The KEYS of the primitive's release and renewal scripts, when it
+        #: names them: what every hold of the resolution is built with.
+        release, renew = primitive.release_script, primitive.renew_script
+        self.release_keys = self.keys_for(release) if release is not None else []
+        self.renew_keys = self.keys_for(renew) if renew is not None else []
 
     def keys_for(self, script: Script) -> list[bytes]:
         """``script``'s KEYS (``Script.keys_of``), built once per resolution;
@@ -119,8 +130,9 @@ class Resolved:
 _RESOLVED: dict[tuple[type, str, tuple[object, ...]], Resolved] = {}
 
 
-class Primitive(Worded, Options):
-    """Options and Redis plumbing common to every primitive.
+class Primitive(Worded):
+    """The Redis plumbing common to every single-name primitive (``Lock``,
+    ``Semaphore``, ``ReadWriteLock`` and their asyncio twins).
 
     Options left as ``None`` are read from ``REDISLOCK`` at each acquire, so a
     primitive built at import time still follows ``override_settings``.
@@ -135,6 +147,10 @@ class Primitive(Worded, Options):
     #: What the scripts' call specs name each part, in the parts' order (empty:
     #: the parts' own names), for parts named apart per primitive ("sem:queue").
     roles: tuple[str, ...] = ()
+    #: Its release and renewal scripts, when every hold has the same KEYS
+    #: for them (``Resolved.release_keys``, ``renew_keys``).
+    release_script: Script | None = None
+    renew_script: Script | None = None
 
     # Options are fixed at construction (``validation.fixed``).
     name: str = fixed("name")
@@ -151,13 +167,55 @@ class Primitive(Worded, Options):
         using: str | None = None,
     ) -> None:
         self._name = check_name(name)
-        self._set_options(timeout, blocking, blocking_timeout, auto_renew)
+        self._timeout, self._blocking, self._blocking_timeout, self._auto_renew = checked_options(
+            timeout, blocking, blocking_timeout, auto_renew
+        )
         self._using = check_alias(using)
         self._keys: tuple[str, list[str], str] | None = None
         self._resolved: Resolved | None = None
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
+
+    # what the holder is told of a loss while it holds: primitives/told.py
+
+    #: ``on_lost``, ``max_hold``, ``cancel_on_loss`` (``holds/losses.py``), set by
+    #: a subclass's ``__init__`` only when given: a handle without them costs nothing.
+    _loss: LossOptions | None = None
+    #: Whether its holds belong to asyncio tasks (``cancel_on_loss`` applies).
+    asyncio_holds = False
+
+    @property
+    def on_lost(self) -> Any:
+        """The ``on_lost`` option: called once with this handle when a hold's lease is lost."""
+        return self._loss.on_lost if self._loss is not None else None
+
+    @property
+    def max_hold(self) -> float | None:
+        """The ``max_hold`` option (``None``: ``REDISLOCK["MAX_HOLD"]`` applies)."""
+        return self._loss.max_hold if self._loss is not None else None
+
+    @property
+    def cancel_on_loss(self) -> bool:
+        """The ``cancel_on_loss`` option (asyncio holds only)."""
+        return self._loss is not None and self._loss.cancel_on_loss
+
+    @property
+    def lost(self) -> bool:
+        """Whether the current holder's hold through this handle is known lost
+        (no round trip; see ``told.lost``)."""
+        return told.lost(self)
+
+    def check(self) -> None:
+        """Raise ``LockLostError`` if ``lost``; otherwise do nothing (no round trip).
+
+        For a long job to call between steps: it stops at the first step after
+        the loss rather than at the end of its block."""
+        told.check(self)
+
+    def _hold_now(self) -> Holding | None:
+        """The current holder's hold through this handle (what ``lost`` tells of)."""
+        raise NotImplementedError
 
     # settings and keys, resolved at use
 
@@ -256,6 +314,38 @@ class Primitive(Worded, Options):
         if not ours or holding.lost is not None:
             raise self._lost(holding)
 
+    def _release_failed(self, holding: Holding) -> None:
+        """Redis could not be told of a release (or its answer was lost, or
+        it was cancelled): the hold ends here, its lease frees the name."""
+        holding.end()
+
+    def _after_release(self, holding: Holding, result: Any) -> None:
+        raise NotImplementedError
+
+    def _released(
+        self,
+        holding: Holding,
+        sent: float,
+        result: Any = None,
+        error: BaseException | None = None,
+    ) -> None:
+        """A release's outcome, sent at ``sent`` by whichever driver: the
+        script's ``result`` (``_after_release``), or the ``error`` it raised,
+        which leaves the level as ``_release_failed`` says. A Redis failure
+        is raised as ``_unreachable`` words it (the hold may be certainly
+        lost by now); anything else (an interrupt, a cancellation) as it is.
+        Written once for every primitive's sync and asyncio release."""
+        if error is None:
+            self._after_release(holding, result)
+            return
+        unreachable = None
+        if isinstance(error, (LockBackendError, *backend.BACKEND_ERRORS)):
+            unreachable = self._unreachable(holding, error, sent, "released it")
+        self._release_failed(holding)
+        if unreachable is None:
+            raise error
+        raise unreachable from unreachable.__cause__
+
     def _unreachable(
         self, holding: Holding, exc: BaseException, sent: float, action: str
     ) -> LockError:
@@ -296,35 +386,3 @@ async def token_of_async(holding: Holding | None, fence_steps: FenceSteps) -> in
     if holding.fencing_token:
         return holding.fencing_token
     return await drivers.run_async(fence_steps(holding), drivers.AsyncConnection(holding.client))
-
-
-_Async = TypeVar("_Async", bound="AsyncPrimitive")
-
-
-class AsyncPrimitive(Primitive):
-    """``async with primitive:``, meaning what the sync ``with`` means (``Guarded``)."""
-
-    async def _acquire(
-        self, blocking: bool | None, blocking_timeout: float | None
-    ) -> AcquireResult:
-        raise NotImplementedError
-
-    async def release(self) -> None:
-        raise NotImplementedError
-
-    async def __aenter__(self: _Async) -> _Async:
-        result = await self._acquire(None, None)
-        if not result.held:
-            raise self._timeout_error(result)
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        try:
-            await self.release()
-        except LockLostError as error:
-            self._exit_error(error, exc_type, exc)

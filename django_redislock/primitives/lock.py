@@ -23,23 +23,37 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, TypeVar
 
 from django_redislock import signals
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import LOCK_RELEASE
 from django_redislock.backend.values import parse_lock_value
-from django_redislock.engine import drivers
+from django_redislock.engine import drivers, pool
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
+from django_redislock.holds import losses, tickets
 from django_redislock.holds.holding import Holding
-from django_redislock.holds.registry import ThreadHandle
+from django_redislock.holds.registry import THREAD_HANDLES
+from django_redislock.primitives import guarded
 from django_redislock.primitives.base import token_of
-from django_redislock.primitives.guarded import Guarded
+from django_redislock.primitives.detaching import (
+    adopt_steps,
+    adoptable,
+    detach_steps,
+    entered,
+    entering,
+    leaving,
+)
 from django_redislock.primitives.lock_common import LockBase
 from django_redislock.validation import check_bool
 
+_L = TypeVar("_L", bound="Lock")
 
-class Lock(ThreadHandle, LockBase, Guarded):
+
+class Lock(LockBase):
     """An exclusive lock on ``name``, shared by every process that uses the same Redis.
 
     Guarantees, as long as Redis keeps its data: at most one holder at a time; a
@@ -50,11 +64,18 @@ class Lock(ThreadHandle, LockBase, Guarded):
     holder's lease going. If the lease is lost anyway the holder is told
     (``lock_lost``, ``LockLostError``) rather than carrying on unaware.
 
+    A holder may know of a loss while it still holds: ``lost`` (no round
+    trip), ``check()``, and ``on_lost`` (called once, with this handle, on
+    the process's loss-callback thread, never the watchdog's); ``max_hold``
+    caps how long the watchdog renews (``holds/losses.py``).
+
     Reentrant per thread: the holder is the thread, not the ``Lock`` object.
     Any ``Lock`` for the same name and cache alias in the holding thread
     acquires again without waiting; the lock is freed by that thread's last
     release (see ``holds/registry.py``).
     """
+
+    _handles = THREAD_HANDLES
 
     def __init__(
         self,
@@ -66,6 +87,8 @@ class Lock(ThreadHandle, LockBase, Guarded):
         auto_renew: bool | None = None,
         using: str | None = None,
         fencing: bool = False,
+        on_lost: Callable[[Any], object] | None = None,
+        max_hold: float | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -80,13 +103,11 @@ class Lock(ThreadHandle, LockBase, Guarded):
             if type(fencing) is bool
             else bool(check_bool(fencing, "fencing", allow_none=False))
         )
+        if on_lost is not None or max_hold is not None:
+            self._loss = losses.loss_options(on_lost, max_hold, False, asyncio_holds=False)
+        #: what this handle entered, and its open blocks, in each thread
+        #: (``THREAD_HANDLES``, ``_blocks``)
         self._local = threading.local()
-
-    # holder state: see holds/registry.py ---------------------------------------------------
-
-    def _holding(self) -> Holding | None:
-        """The hold this handle's release, extend and ``owned`` apply to."""
-        return self._current(None)
 
     @property
     def fencing_token(self) -> int | None:
@@ -112,11 +133,21 @@ class Lock(ThreadHandle, LockBase, Guarded):
         return self._acquire(blocking, blocking_timeout).held
 
     def _acquire(self, blocking: bool | None, blocking_timeout: float | None) -> AcquireResult:
+        """The first step as a plain call (``LockBase._first_attempt``); only
+        an outcome other than "taken" runs the protocol (``_after_first``)."""
         begun = time.monotonic()
         try:
             resolved = self._resolve()
-            steps = self._acquire_steps(resolved, blocking, blocking_timeout)
-            return drivers.run(steps, resolved.client)
+            first = self._first_attempt(resolved, blocking, blocking_timeout, begun)
+            if first.take is None:
+                return drivers.run(self._after_first(first), resolved.client)
+            try:
+                took = drivers.perform(first.take, resolved.client, first=True)
+            except BaseException as error:
+                return drivers.run(self._after_first(first, error), resolved.client)
+            if took:
+                return self._held_at_once(first)
+            return drivers.run(self._after_first(first), resolved.client)
         except LockBackendError as exc:
             signals.announce_failed(self, begun, exc)
             raise
@@ -133,25 +164,23 @@ class Lock(ThreadHandle, LockBase, Guarded):
         reported lost): then ``LockBackendError`` is chained. Otherwise an
         unreachable Redis is a ``LockBackendError``; the lease frees the lock.
         """
-        entered = self._entered()
-        holding = self._taken(entered) or self._current(None)
+        handles = self._handles
+        entered = handles.entered(self)
+        holding = handles.taken(self, entered) or handles.current(self, None)
         if holding is None:
             raise self._not_owned()
         holding.releasing = holding.depth <= 1
         sent = time.monotonic()
         try:
-            try:
-                result = LOCK_RELEASE(holding.client, holding.keys, self._release_args(holding))
-            except backend.BACKEND_ERRORS as exc:
-                error = self._unreachable(holding, exc, sent, "released it")
-                self._release_failed(holding)
-                raise error from error.__cause__
-            except BaseException:
-                self._release_failed(holding)
-                raise
-            self._after_release(holding, result)
+            result = pool.send(
+                LOCK_RELEASE, holding.client, holding.keys, self._release_args(holding)
+            )
+        except BaseException as error:
+            self._released(holding, sent, error=error)
+        else:
+            self._released(holding, sent, result)
         finally:
-            self._left(holding, entered)
+            handles.left(self, holding, entered)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` (default: the lease as it stands) the lease from now on.
@@ -164,25 +193,86 @@ class Lock(ThreadHandle, LockBase, Guarded):
 
     def locked(self) -> bool:
         """Whether anyone holds the lock right now."""
-        settings = self._settings()
-        keys, _ = self._key_set(self._prefix(settings))
+        resolved = self._resolve()
         with backend.translate_errors(self.name):
-            return bool(self._client(settings).exists(keys[0]))
+            return bool(resolved.client.exists(resolved.keys[0]))
 
     def owned(self) -> bool:
         """Whether this holder holds the lock, according to Redis."""
         holding = self._holding()
         if holding is None:
             return False
-        keys, _ = self._key_set(self._prefix(self._settings()))
         with backend.translate_errors(self.name):
-            state = parse_lock_value(holding.client.get(keys[0]))
+            state = parse_lock_value(holding.client.get(holding.keys[0]))
         return state is not None and state.token == holding.token
 
     def ttl(self) -> float | None:
         """Seconds left on the current lease (anyone's), or ``None`` when free."""
-        settings = self._settings()
-        keys, _ = self._key_set(self._prefix(settings))
+        resolved = self._resolve()
         with backend.translate_errors(self.name):
-            remaining = self._client(settings).pttl(keys[0])
+            remaining = resolved.client.pttl(resolved.keys[0])
         return remaining / 1000.0 if remaining >= 0 else None
+
+    # hand-over to another thread or process: see primitives/detaching.py ------------------
+
+    def detach(self) -> str:
+        """Hand this thread's hold off; a ticket for ``Lock.adopt``.
+
+        After it the thread no longer holds the lock (leaving a ``with``
+        block around the call releases nothing) and this process stops
+        renewing it; the hold goes on, for one lease (``timeout``, or what
+        ``extend()`` last made it) from now, until an adopter takes it over.
+        The ticket is an ASCII string, signed with ``SECRET_KEY``, safe to
+        pass through a task broker; whoever has it can adopt the hold, once.
+
+        ``LockNotOwnedError`` when this thread does not hold it,
+        ``LockLostError`` when its lease was lost, ``RuntimeError`` for a
+        nested (reentrant) hold: only the outermost level can be handed off.
+        """
+        holding = self._holding()
+        return drivers.run(detach_steps(self, holding), holding.client if holding else None)
+
+    @classmethod
+    def adopt(cls: type[_L], ticket: str, *, auto_renew: bool | None = None) -> _L:
+        """Take over the hold ``ticket`` (from ``detach()``) stands for, in
+        this thread, of any process: a ``Lock`` that holds it, renewed by
+        this process's watchdog, extendable, with the hold's fencing token,
+        released by ``release()`` or at the end of ``with Lock.adopt(t) as
+        lock:``. The lease is the detached hold's; ``detach()`` hands it on
+        again (a new ticket).
+
+        Exactly one adopter gets it: ``LockLostError`` when the ticket was
+        adopted already, forged or edited, or its lease ran out (the message
+        says which); ``ImproperlyConfigured`` when this process's settings
+        put the name's keys elsewhere than the detacher's.
+        """
+        found = tickets.loads(ticket)
+        lock = cls(
+            found.name, timeout=found.lease_ms / 1000, using=found.using, auto_renew=auto_renew
+        )
+        resolved = adoptable(lock, found)
+        lock._adopted = drivers.run(adopt_steps(lock, found, resolved), resolved.client)
+        return lock
+
+    def _blocks(self) -> list[Holding]:
+        """The holds this handle's open ``with`` blocks entered in this thread."""
+        blocks: list[Holding] | None = getattr(self._local, "blocks", None)
+        if blocks is None:
+            blocks = self._local.blocks = []
+        return blocks
+
+    def __enter__(self: _L) -> _L:
+        blocks = self._blocks()
+        if self._adopted is None or not entering(self, blocks):  # adopted: rare
+            guarded.enter(self)
+            entered(self, blocks)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not leaving(self, self._blocks()):
+            guarded.leave(self, exc_type, exc)

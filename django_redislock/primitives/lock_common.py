@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Generator
-from typing import Any
+from typing import Any, ClassVar
 
 from django_redislock import signals
+from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import (
     LOCK_ACQUIRE,
     LOCK_CANCEL,
@@ -32,10 +33,12 @@ from django_redislock.engine.steps import (
     acquire_reply,
 )
 from django_redislock.holds import counters
-from django_redislock.holds.holding import Holding, holder_description, new_token
-from django_redislock.holds.registry import Handle, HoldKey, Registry
+from django_redislock.holds.holding import Holding
+from django_redislock.holds.registry import Handles, HoldKey, supersede
 from django_redislock.holds.watchdog import watchdog
+from django_redislock.primitives import told
 from django_redislock.primitives.base import WAITER_GRACE_MS, Primitive, Resolved
+from django_redislock.primitives.first_step import First
 from django_redislock.validation import fixed, wait_budget
 
 #: The release script's ARGV for a holder's last level, but its token, and
@@ -47,14 +50,19 @@ _RELEASE_TOKEN = LOCK_RELEASE.arg_names.index("token")
 GONE_AT_REENTRY = "the lease was gone when the holder acquired it again"
 
 
-class LockBase(Handle, Primitive):
+class LockBase(Primitive):
     """What ``Lock`` and ``AsyncLock`` share: keys, script arguments, results."""
+
+    #: The holder's bookkeeping (``holds/registry.py``), one for the class.
+    _handles: ClassVar[Handles]
 
     kind = "lock"
     parts = LOCK_PARTS
     #: The Lock scripts work out the other keys from the lock key (``lock_keys``
     #: in ``backend/scripts/_lock_value.lua``): one key to encode per call, not five.
     script_parts = ("lock",)
+    release_script = LOCK_RELEASE
+    renew_script = LOCK_EXTEND
 
     @staticmethod
     def _waited(begun: float) -> int:
@@ -65,6 +73,9 @@ class LockBase(Handle, Primitive):
     #: rather than on first use of ``fencing_token``.
     _fencing = False
     fencing: bool = fixed("fencing")
+    #: The hold ``adopt()`` took through this handle, until a ``with`` block
+    #: enters it (``primitives/detaching.py``).
+    _adopted: Holding | None = None
 
     @staticmethod
     def _attempt_args(
@@ -96,11 +107,9 @@ class LockBase(Handle, Primitive):
         resolved: Resolved,
         started: float,
         fence: int,
-        keys: list[bytes],
         pid: int | None = None,
     ) -> Holding:
-        """``keys``: the release script's KEYS for this holding; ``pid``: this
-        process's, when the acquire has it."""
+        """``pid``: this process's, when the acquire has it."""
         holding = Holding(  # positionally: Holding's own order, a keyword call is slower
             type(self),  # sender
             self._name,  # name
@@ -112,8 +121,8 @@ class LockBase(Handle, Primitive):
             started,
             fence,  # fencing_token
             LOCK_EXTEND,  # renew_script
-            resolved.keys_for(LOCK_EXTEND),  # renew_keys
-            keys,
+            resolved.renew_keys,
+            resolved.release_keys,
             "",  # sigprefix: a Lock's is worked out from its key
             resolved.stats_key,
             resolved.settings.stats_ttl_ms,
@@ -171,11 +180,7 @@ class LockBase(Handle, Primitive):
     # the acquire, written once for Lock and AsyncLock (see engine/steps.py) ---------------
 
     def _nest_steps(
-        self,
-        resolved: Resolved,
-        hold_key: HoldKey,
-        holding: Holding,
-        deadline: float | None,
+        self, resolved: Resolved, holding: Holding, deadline: float | None
     ) -> Generator[Step, Any, bool]:
         """Re-enter this holder's ``holding`` (the script's ``nest`` mode, with
         its lease renewed); ``False`` when it was found gone (then superseded).
@@ -192,23 +197,26 @@ class LockBase(Handle, Primitive):
         call = Call(LOCK_ACQUIRE, resolved.keys_for(LOCK_ACQUIRE), LOCK_ACQUIRE.args_of(**nest))
         reply = yield from protocol.single(protocol.bounded(call, deadline), self.name)
         if acquire_reply(reply)[0] == NOT_OURS:
-            self._supersede(holding, GONE_AT_REENTRY)
+            supersede(holding, GONE_AT_REENTRY)
             return False
         holding.depth += 1
-        self._took(hold_key, holding)
+        self._handles.took(self, resolved.hold_key, holding)
         if self._fencing and not holding.fencing_token:
-            yield from self._fence_steps(holding)
+            yield from self._fence_steps(holding, deadline)
         return True
 
-    def _fence_steps(self, holding: Holding) -> Generator[Step, Any, int]:
+    def _fence_steps(
+        self, holding: Holding, deadline: float | None = None
+    ) -> Generator[Step, Any, int]:
         """The fencing token of ``holding``, taken now when it has none yet
         (``backend/scripts/lock_fence.lua``: one owner-checked round trip);
-        ``LockLostError`` when the hold is gone, or was found lost before."""
+        ``LockLostError`` when the hold is gone, or was found lost before.
+        ``deadline``: a nested acquire's, which bounds this step too."""
         if holding.fencing_token:
             return holding.fencing_token
         if holding.lost is not None:
             raise self._lost(holding)
-        call = Call(LOCK_FENCE, holding.keys, (holding.token,))
+        call = protocol.bounded(Call(LOCK_FENCE, holding.keys, (holding.token,)), deadline)
         fence = yield from protocol.single(call, self.name)
         if not fence:
             holding.mark_lost("the lease was gone when its fencing token was taken")
@@ -216,85 +224,83 @@ class LockBase(Handle, Primitive):
         holding.fencing_token = int(fence)
         return holding.fencing_token
 
-    def _acquire_steps(
-        self, resolved: Resolved, blocking: bool | None, blocking_timeout: float | None
-    ) -> Generator[Step, Any, AcquireResult]:
-        """Acquire: held, or refused with the server's retry hint.
-
-        Unless it asked for its fencing token up front, an acquire first
-        sends one plain ``SET NX PX`` of the value an unfenced grant holds;
-        only when that finds the lock taken does the acquire script run
-        (``_contended_steps``), which queues the caller, or grants the lock
-        when it was freed since or is already this token's (a SET whose
-        reply was lost, and which redis-py's retry sent again)."""
-        settings = resolved.settings
-        registry = self._registry()
+    def _first_attempt(
+        self,
+        resolved: Resolved,
+        blocking: bool | None,
+        blocking_timeout: float | None,
+        begun: float,
+    ) -> First:
+        """An acquire up to its first step, which its driver (``Lock._acquire``,
+        ``AsyncLock._acquire``) sends by ``drivers.perform``, no generator: unless
+        this holder holds the name already (``First.nest``) or the handle asks
+        for its fencing token up front, one plain ``SET NX PX`` of the value an
+        unfenced grant holds (``First.take``). Taken: ``_held_at_once``. Any
+        other outcome, an exception included, continues in ``_after_first``."""
+        handles = self._handles
+        registry = handles.registry()
         pid = registry.pid  # this process's: the registry just checked (one system call)
         if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running(pid)
-        may_wait, budget = wait_budget(self, blocking, blocking_timeout, settings)
-        hold_key = resolved.hold_key  # self._hold_key(...), built once
-        holding = self._reentry(hold_key, registry)
-        begun = time.monotonic()
+        may_wait, budget = wait_budget(self, blocking, blocking_timeout, resolved.settings)
         deadline = None if budget is None else begun + budget
-        if holding is not None and (
-            yield from self._nest_steps(resolved, hold_key, holding, deadline)
-        ):
-            return HELD_RESULT
+        first = First(resolved, registry, may_wait, begun, deadline)
+        first.nest = handles.reentry(resolved.hold_key, registry)
+        if first.nest is None:
+            first.fresh(None if self._fencing else LOCK_TAKE)
+        return first
 
-        token, holder = new_token(), holder_description(pid)
-        since_ms = int(time.time() * 1000)
-        keys = resolved.keys_for(LOCK_RELEASE)
-        if not self._fencing:
-            value = f"{token}:0:1:0:{resolved.lease_ms}:{since_ms}:{holder}"
-            take = Call(LOCK_TAKE, keys, (value, resolved.lease_ms), deadline=deadline)
-            try:
-                took = yield take
-            except GeneratorExit:
-                raise
-            except BaseException as exc:  # cleaned up as an attempt is (engine/steps.py)
-                yield from protocol.interrupted(self.name, self._cancel(keys, token), deadline, exc)
-                raise  # pragma: no cover - interrupted() raises
-            if took:
-                holding = self._new_holding(token, holder, resolved, begun, 0, keys, pid)
-                self._held_at_once(hold_key, holding, resolved, registry)
-                return HELD_RESULT
-        return (
-            yield from self._contended_steps(
-                resolved, hold_key, token, holder, since_ms, may_wait, deadline, begun
-            )
-        )
-
-    def _contended_steps(
-        self,
-        resolved: Resolved,
-        hold_key: HoldKey,
-        token: str,
-        holder: str,
-        since_ms: int,
-        may_wait: bool,
-        deadline: float | None,
-        begun: float,
+    def _after_first(
+        self, first: First, error: BaseException | None = None
     ) -> Generator[Step, Any, AcquireResult]:
+        """The acquire's protocol after a first step that did not take the
+        lock: ``error`` from the ``SET`` (cleaned up as an attempt is, by its
+        token: a lost reply may have left it set; a full pool never sent it),
+        a re-entry (``_nest_steps``), or the lock found taken, or fenced up
+        front: the acquire script (``_contended_steps``), which queues the
+        caller, or grants the lock when it was freed since or is already this
+        token's (a SET whose reply was lost, and which redis-py's retry sent
+        again)."""
+        if isinstance(error, backend.PoolExhausted):  # never sent: nothing to clean up
+            if first.deadline is None:
+                raise backend.exhausted_error(self.name, error) from error
+            counters.contended(self.name, time.monotonic() - first.begun)
+            signals.announce_contended(self, first.begun, first.may_wait)
+            return AcquireResult(False)  # the budget ran out: a timeout (engine/pool.py)
+        if error is not None:  # cleaned up as an attempt is (engine/steps.py)
+            cancel = self._cancel(first.resolved.release_keys, first.token)
+            yield from protocol.interrupted(self.name, cancel, first.deadline, error)
+        resolved = first.resolved
+        if first.nest is not None:
+            if (yield from self._nest_steps(resolved, first.nest, first.deadline)):
+                return HELD_RESULT
+            first.fresh(None)  # found gone: acquired afresh, by the script
+        return (yield from self._contended_steps(first))
+
+    def _contended_steps(self, first: First) -> Generator[Step, Any, AcquireResult]:
         """The acquire script's part (``engine/steps.acquire``): after a SET
         that found the lock taken, or the whole acquire when the caller asked
         for its fencing token up front."""
         # a handoff's first lease (backend/scripts/lock_acquire.lua): without a watchdog
         # the next attempt takes it instead, with the full lease
+        resolved, may_wait, begun = first.resolved, first.may_wait, first.begun
         waiter_ttl_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
         grant = min(resolved.lease_ms, waiter_ttl_ms) / 1000 if resolved.auto_renew else 0.0
         args = self._attempt_args(
-            token, resolved.lease_ms, "wait" if may_wait else "try", self._fencing, holder,
-            waiter_ttl_ms, resolved.settings.stats_ttl_ms, since_ms,
+            first.token, resolved.lease_ms, "wait" if may_wait else "try", self._fencing,
+            first.holder, waiter_ttl_ms, resolved.settings.stats_ttl_ms, first.since_ms,
         )  # fmt: skip
-        attempt = self._attempt(resolved, args, may_wait, deadline, grant, begun)
+        attempt = self._attempt(resolved, args, may_wait, first.deadline, grant, begun)
         outcome = yield from protocol.acquire(attempt)
         if not outcome.held:
-            signals.announce_contended(self, begun, may_wait)
-            return AcquireResult.refused(outcome.value)
-        keys = resolved.keys_for(LOCK_RELEASE)
-        holding = self._new_holding(token, holder, resolved, outcome.started, outcome.value, keys)
-        self._held(hold_key, holding, resolved, outcome, grant, begun)
+            refused = AcquireResult.refused(outcome.value, outcome.refusal)
+            counters.contended(self.name, time.monotonic() - begun)
+            signals.announce_contended(self, begun, may_wait, refused.holder, refused.held_for)
+            return refused
+        holding = self._new_holding(
+            first.token, first.holder, resolved, outcome.started, outcome.value, first.registry.pid
+        )
+        self._held(holding, resolved, outcome, grant, begun)
         return HELD_RESULT
 
     @staticmethod
@@ -316,7 +322,7 @@ class LockBase(Handle, Primitive):
         """The fair acquire's attempt for a new hold: ``args`` named as the
         acquire script names them."""
         acquire_keys = resolved.keys_for(LOCK_ACQUIRE)
-        cancel = self._cancel(resolved.keys_for(LOCK_RELEASE), args["token"])
+        cancel = self._cancel(resolved.release_keys, args["token"])
         return protocol.Attempt(
             name=self.name,
             call=Call(LOCK_ACQUIRE, acquire_keys, LOCK_ACQUIRE.args_of(**args)),
@@ -335,25 +341,28 @@ class LockBase(Handle, Primitive):
             ),
         )
 
-    def _held_at_once(
-        self, hold_key: HoldKey, holding: Holding, resolved: Resolved, registry: Registry[Holding]
-    ) -> None:
-        """``_held`` for a hold its first command took (the plain SET): no
+    def _held_at_once(self, first: First) -> AcquireResult:
+        """``_held`` for a hold its first step took (the plain SET): no
         wait, no fencing token, nothing to build for either."""
-        self._took(hold_key, holding, registry)
+        resolved = first.resolved
+        registry = first.registry
+        holding = self._new_holding(
+            first.token, first.holder, resolved, first.begun, 0, registry.pid
+        )
+        self._handles.took(self, resolved.hold_key, holding, registry)
+        if self._loss is not None or resolved.max_hold is not None:
+            told.attach_hooks(self, holding, resolved)
         if resolved.auto_renew:
             watchdog.watch(holding)
         stats_key = resolved.stats_key
-        if stats_key is None:
-            signals.announce_acquired(self, 0.0, None)
-            return
-        ttl_ms = resolved.settings.stats_ttl_ms
-        counters.acquired_at_once(resolved.client, stats_key, ttl_ms, self.name, holding.pid)
-        signals.announce_acquired(self, 0.0, None, counted=True)
+        if stats_key is not None:  # else counting is off
+            ttl_ms = resolved.settings.stats_ttl_ms
+            counters.acquired(resolved.client, stats_key, ttl_ms, self.name, 0.0, holding.pid)
+        signals.announce_acquired(self, 0.0, None)
+        return HELD_RESULT
 
     def _held(
         self,
-        hold_key: HoldKey,
         holding: Holding,
         resolved: Resolved,
         outcome: protocol.Outcome,
@@ -363,7 +372,9 @@ class LockBase(Handle, Primitive):
         """Bookkeeping of a new hold: registry, watchdog, counters, ``lock_acquired``."""
         if outcome.status == HANDED:  # a short first lease, which the watchdog renews soon
             holding.lease_deadline = outcome.started + grant
-        self._took(hold_key, holding)
+        self._handles.took(self, resolved.hold_key, holding)
+        if self._loss is not None or resolved.max_hold is not None:
+            told.attach_hooks(self, holding, resolved)
         if resolved.auto_renew:
             watchdog.watch(holding)
         # a handoff came after `started` (see protocol.acquire); the wait ended now
@@ -372,14 +383,19 @@ class LockBase(Handle, Primitive):
         # new connection pool, a busy CPU) made an uncontended acquire a wait
         waited = ended - begun if outcome.waited else 0.0
         if resolved.stats_key is not None:
-            counters.acquired(
-                resolved.client, resolved.stats_key, resolved.settings.stats_ttl_ms, waited
-            )
+            ttl_ms = resolved.settings.stats_ttl_ms
+            counters.acquired(resolved.client, resolved.stats_key, ttl_ms, self.name, waited)
         signals.announce_acquired(self, waited, outcome.value or None)
 
     # holders: see ``holds/registry.py`` ------------------------------------------------------
 
     def _own_hold_key(self) -> HoldKey:
+        """(cache alias, lock key): what the holder's registry knows the name by."""
         settings = self._settings()
         keys, _ = self._key_set(self._prefix(settings))
-        return self._hold_key(self.using or settings.cache, keys[0])
+        return (self.using or settings.cache, keys[0])
+
+    def _holding(self) -> Holding | None:  # what its release, extend and owned() apply to
+        return self._handles.current(self, None)
+
+    _hold_now = _holding

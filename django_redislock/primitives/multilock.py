@@ -19,25 +19,51 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 from dataclasses import replace
+from types import TracebackType
+from typing import Any, TypeVar
 
 from django_redislock.conf import get_settings
 from django_redislock.engine.steps import HELD_RESULT, AcquireResult
 from django_redislock.exceptions import LockError, LockLostError, LockNotOwnedError, LockTimeout
-from django_redislock.primitives.guarded import Guarded
+from django_redislock.holds import losses
+from django_redislock.primitives import guarded
+from django_redislock.primitives.guarded import Worded, timeout_error
 from django_redislock.primitives.lock import Lock
 from django_redislock.validation import (
-    Options,
     check_alias,
     check_lease,
     check_name,
+    checked_options,
     fixed,
     wait_budget,
 )
 
+_M = TypeVar("_M", bound="MultiLock")
 
-class MultiLock(Guarded, Options):
+
+class _Once:
+    """A ``MultiLock``'s ``on_lost``, given to each part: called once per hold
+    of the set (however many parts are lost), with the ``MultiLock``."""
+
+    __slots__ = ("callback", "fired", "multi")
+
+    def __init__(self, multi: MultiLock, callback: Callable[[Any], object]) -> None:
+        self.multi = weakref.ref(multi)
+        self.callback = callback
+        self.fired = False
+
+    def __call__(self, part: Lock) -> None:
+        multi = self.multi()
+        if multi is None or self.fired:  # (one callback thread: no race here)
+            return
+        self.fired = True
+        self.callback(multi)
+
+
+class MultiLock(Worded):
     """All of ``names`` or none of them, for one holder: the thread (its parts are
     ``Lock``s, so the holding thread re-enters any of them through any handle).
 
@@ -59,6 +85,8 @@ class MultiLock(Guarded, Options):
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         using: str | None = None,
+        on_lost: Callable[[Any], object] | None = None,
+        max_hold: float | None = None,
     ) -> None:
         if isinstance(names, str | bytes):
             raise TypeError(
@@ -76,14 +104,50 @@ class MultiLock(Guarded, Options):
         if not given:
             raise ValueError("names must contain at least one name.")
         self._names: tuple[str, ...] = tuple(sorted(set(given)))
-        self._set_options(timeout, blocking, blocking_timeout, auto_renew)
-        self._using = check_alias(using)
-        self.locks: tuple[Lock, ...] = tuple(
-            Lock(name, timeout=timeout, auto_renew=auto_renew, using=using) for name in self.names
+        self._timeout, self._blocking, self._blocking_timeout, self._auto_renew = checked_options(
+            timeout, blocking, blocking_timeout, auto_renew
         )
+        self._using = check_alias(using)
+        told = None
+        if on_lost is not None or max_hold is not None:
+            losses.loss_options(on_lost, max_hold, False, asyncio_holds=False)
+            told = None if on_lost is None else _Once(self, on_lost)
+        self._told = told
+        self.locks: tuple[Lock, ...] = tuple(
+            Lock(
+                name,
+                timeout=timeout,
+                auto_renew=auto_renew,
+                using=using,
+                on_lost=told,
+                max_hold=max_hold,
+            )
+            for name in self.names
+        )
+
+    @property
+    def lost(self) -> bool:
+        """Whether a part of this holder's set is known lost (no round trip; see ``Lock.lost``)."""
+        return any(lock.lost for lock in self.locks)
+
+    def check(self) -> None:
+        """Raise ``LockLostError`` (the first lost part's) if ``lost``; no round trip."""
+        for lock in self.locks:
+            lock.check()
 
     def __repr__(self) -> str:
         return f"<MultiLock {list(self.names)!r}>"
+
+    def __enter__(self: _M) -> _M:
+        return guarded.enter(self)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        guarded.leave(self, exc_type, exc)
 
     def _budget(self, blocking: bool | None, blocking_timeout: float | None) -> float | None:
         """Seconds the whole set may wait (``None``: for ever); 0 means try once.
@@ -117,6 +181,8 @@ class MultiLock(Guarded, Options):
                 return result
             lapsed = self._renew_lapsed()
             if lapsed is None:
+                if self._told is not None:
+                    self._told.fired = False  # a new hold: told of its loss once again
                 return HELD_RESULT
             if deadline is not None and time.monotonic() >= deadline:
                 return AcquireResult(False, name=lapsed)
@@ -148,7 +214,7 @@ class MultiLock(Guarded, Options):
         now = time.monotonic()
         try:
             for lock in self.locks:
-                holding = lock._taken()
+                holding = lock._handles.taken(lock)
                 if holding is not None and holding.lost is None and holding.lease_deadline > now:
                     continue
                 try:
@@ -175,7 +241,7 @@ class MultiLock(Guarded, Options):
         extend applies to; never a part the thread holds on its own (after an
         acquire that failed inside ``with Lock("a"):``, releasing ``a`` would
         free the outer hold while its block still runs)."""
-        parts = tuple(lock for lock in self.locks if lock._taken() is not None)
+        parts = tuple(lock for lock in self.locks if lock._handles.taken(lock) is not None)
         if not parts:
             raise LockNotOwnedError(f"{self!r} is not held by this holder.", name=self.names[0])
         return parts
@@ -223,8 +289,5 @@ class MultiLock(Guarded, Options):
 
     def _timeout_error(self, result: AcquireResult) -> LockTimeout:
         """Names the part that could not be had, and the set it belongs to."""
-        return LockTimeout(
-            f"Could not acquire lock {result.name!r} of {self!r} in time.",
-            name=result.name,
-            retry_after=result.retry_after,
-        )
+        subject = f"Could not acquire lock {result.name!r} of {self!r} in time"
+        return timeout_error(subject, result, result.name)

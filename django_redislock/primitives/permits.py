@@ -13,8 +13,7 @@ permit belongs to the handle (in its thread or task) that took it.
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 from django_redislock import signals
@@ -34,66 +33,20 @@ from django_redislock.engine.steps import (
     REFUSED,
     AcquireResult,
     Call,
+    Outcome,
     Step,
     permit_reply,
 )
+from django_redislock.holds import counters, losses
 from django_redislock.holds.holding import Holding, holder_description, new_token
 from django_redislock.holds.watchdog import watchdog
+from django_redislock.primitives import told
 from django_redislock.primitives.base import (
     WAITER_GRACE_MS,
     Primitive,
     Resolved,
 )
 from django_redislock.validation import check_bool
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What every acquire of one mode by one holder description shares."""
-
-    lease_ms: int
-    #: How long a queued waiter stays presumed alive; negative: never queue.
-    wait_ms: int
-    holder: str
-    #: What the holder's member says the limit is (``_member_limit``).
-    limit: int
-
-
-@dataclass(slots=True)
-class _Attempt:
-    """One acquire: its plan and what is its own (token, member tail)."""
-
-    resolved: Resolved
-    plan: _Plan
-    may_wait: bool
-    deadline: float | None
-    begun: float
-    token: str
-    #: ``<limit>:<since_ms>:<holder>``, the holder's member after ``<token>:<fence>:``.
-    tail: str
-    #: Whether the acquire takes the fencing token (else its first use does).
-    fenced: bool
-
-    def call(self, script: Script) -> Call:
-        """The acquire: the member with no fencing token (``<token>:0:<tail>``),
-        lease_ms, wait_ms, and whether to take the token now."""
-        plan = self.plan
-        args = script.args_of(
-            member=f"{self.token}:0:{self.tail}",
-            lease_ms=plan.lease_ms,
-            wait_ms=plan.wait_ms,
-            fenced=1 if self.fenced else 0,
-        )
-        return Call(script, self.resolved.keys_for(script), args)
-
-    def cancel(self) -> Call:
-        """The attempt undone: leaving the queue when the wait ends without the
-        permit, and giving back a permit granted to an attempt whose caller
-        never learned of it (interrupted, cancelled, its reply lost). A
-        Semaphore's limit lets the script pass on a wake-up for a free permit
-        that this waiter will not come for."""
-        args = PERMIT_CANCEL.args_of(token=self.token, limit=self.plan.limit)
-        return Call(PERMIT_CANCEL, self.resolved.keys_for(PERMIT_CANCEL), args)
 
 
 class PermitBase(Primitive):
@@ -119,9 +72,22 @@ class PermitBase(Primitive):
     #: First character of every token, when the scripts need to see the mode.
     token_mode = ""
 
-    def __init__(self, name: str, *, fencing: bool = False, **options: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        fencing: bool = False,
+        on_lost: Callable[[Any], object] | None = None,
+        max_hold: float | None = None,
+        cancel_on_loss: bool = False,
+        **options: Any,
+    ) -> None:
         super().__init__(name, **options)
         self._fencing = bool(check_bool(fencing, "fencing", allow_none=False))
+        if on_lost is not None or max_hold is not None or cancel_on_loss is not False:
+            self._loss = losses.loss_options(
+                on_lost, max_hold, cancel_on_loss, asyncio_holds=self.asyncio_holds
+            )
 
     def _member_limit(self) -> int:
         """Carried by every holder's member: a Semaphore's limit; 0 when unused."""
@@ -139,6 +105,9 @@ class PermitBase(Primitive):
         """This holder's latest permit (``None`` when none)."""
         stack = self._stack()
         return stack[-1] if stack else None
+
+    def _hold_now(self) -> Holding | None:
+        return self._latest()
 
     def _fence_steps(self, holding: Holding) -> Generator[Step, Any, int]:
         """The fencing token of ``holding``, taken now when it has none yet
@@ -171,76 +140,78 @@ class PermitBase(Primitive):
             return holders[:cut] + part.encode()
         return holders[:cut] + part
 
-    def _begin(self, blocking: bool | None, blocking_timeout: float | None) -> _Attempt:
-        resolved = self._resolve()
-        may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
-        holder = holder_description()
-        plan = self._plan(resolved, may_wait, holder)
-        since = int(time.time() * 1000)  # for display only, never for ordering
-        begun = time.monotonic()
-        return _Attempt(
-            resolved,
-            plan,
-            may_wait,
-            None if budget is None else begun + budget,
-            begun,
-            self.token_mode + new_token(),
-            f"{plan.limit}:{since}:{holder}",
-            self._fencing,
-        )
-
-    def _plan(self, resolved: Resolved, may_wait: bool, holder: str) -> _Plan:
-        wait_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
-        return _Plan(
-            resolved.lease_ms, wait_ms if may_wait else -wait_ms, holder, self._member_limit()
-        )
-
     def _acquire_steps(
         self, blocking: bool | None, blocking_timeout: float | None
     ) -> Generator[Step, Any, AcquireResult]:
-        """Acquire (``protocol.acquire``): held, or refused with the retry hint."""
-        attempt = self._begin(blocking, blocking_timeout)
-        if attempt.resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
+        """Acquire (``protocol.acquire``): held, or refused with the retry hint
+        and, when every permit was taken, the holder whose lease ends first.
+
+        The permit's member is ``<token>:<fence>:<limit>:<since_ms>:<holder>``;
+        the acquire sends it with no fencing token (0), which the script
+        writes in when it takes one (``fencing=True``; else its first use
+        does). Its cancel is the attempt undone: leaving the queue when the
+        wait ends without the permit, and giving back a permit granted to an
+        attempt whose caller never learned of it (interrupted, cancelled, its
+        reply lost); a Semaphore's limit lets the script pass on a wake-up
+        for a free permit that this waiter will not come for."""
+        resolved = self._resolve()
+        may_wait, budget = self._wait_budget(blocking, blocking_timeout, resolved.settings)
+        holder, limit = holder_description(), self._member_limit()
+        tail = f"{limit}:{int(time.time() * 1000)}:{holder}"  # since: for display only
+        begun = time.monotonic()
+        token = self.token_mode + new_token()
+        wait_ms = int(resolved.chunk * 1000) + WAITER_GRACE_MS
+        script = self.acquire_script
+        args = script.args_of(
+            member=f"{token}:0:{tail}",
+            lease_ms=resolved.lease_ms,
+            wait_ms=wait_ms if may_wait else -wait_ms,  # negative: never queue
+            fenced=1 if self._fencing else 0,
+        )
+        cancel_args = PERMIT_CANCEL.args_of(token=token, limit=limit)
+        cancel = Call(PERMIT_CANCEL, resolved.keys_for(PERMIT_CANCEL), cancel_args)
+        if resolved.auto_renew:  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
-        cancel = attempt.cancel()
         outcome = yield from protocol.acquire(
             protocol.Attempt(
                 name=self.name,
-                call=attempt.call(self.acquire_script),
+                call=Call(script, resolved.keys_for(script), args),
                 parse=permit_reply,
                 leave=cancel,
                 undo=cancel,
-                signal_key=attempt.resolved.sigprefix + attempt.token,
-                chunk=attempt.resolved.chunk,
-                may_wait=attempt.may_wait,
-                deadline=attempt.deadline,
+                signal_key=resolved.sigprefix + token,
+                chunk=resolved.chunk,
+                may_wait=may_wait,
+                deadline=None if budget is None else begun + budget,
             )
         )
-        return self._finish(
-            attempt, outcome.status, outcome.value, outcome.started, waited=outcome.waited
-        )
+        if outcome.status != HELD:
+            if outcome.status != REFUSED:
+                self._on_status(outcome.status, outcome.value)
+            refused = AcquireResult.refused(outcome.value, outcome.refusal)
+            counters.contended(self.name, time.monotonic() - begun)
+            signals.announce_contended(self, begun, may_wait, refused.holder, refused.held_for)
+            return refused
+        # only time spent in line is a wait (see ``Lock``)
+        waited = outcome.started - begun if outcome.waited else 0.0
+        self._held(resolved, f"{token}:{outcome.value}:{tail}", holder, outcome, waited)
+        return HELD_RESULT
 
-    def _finish(
-        self, attempt: _Attempt, status: int, value: int, started: float, *, waited: bool
-    ) -> AcquireResult:
-        """Record the outcome: held, or refused with the retry hint."""
-        if status != HELD:
-            if status != REFUSED:
-                self._on_status(status, value)
-            signals.announce_contended(self, attempt.begun, attempt.may_wait)
-            return AcquireResult.refused(value)
-        plan, resolved = attempt.plan, attempt.resolved
-        member = f"{attempt.token}:{value}:{attempt.tail}"
+    def _held(
+        self, resolved: Resolved, member: str, holder: str, outcome: Outcome, waited: float
+    ) -> None:
+        """Bookkeeping of a new permit: the holder's stack, the watchdog, the
+        tally, ``lock_acquired``."""
         holding = Holding(
             sender=type(self),
             name=self.name,
             kind=self.kind,
             token=member,  # what identifies the permit in the holder ZSET
-            holder=plan.holder,
+            holder=holder,
             client=resolved.client,
             lease=resolved.lease,
-            started=started,
-            fencing_token=value,  # 0: taken on first use (_fence_steps)
+            started=outcome.started,
+            fencing_token=outcome.value,  # 0: taken on first use (_fence_steps)
             renew_script=PERMIT_EXTEND,
             renew_keys=resolved.keys_for(PERMIT_EXTEND),
             keys=resolved.keys_for(self.release_script),
@@ -248,11 +219,12 @@ class PermitBase(Primitive):
         )
         holding.release_args = self.release_script.args_of(member=member)
         self._stack().append(holding)
+        if self._loss is not None or resolved.max_hold is not None:
+            told.attach_hooks(self, holding, resolved)
         if resolved.auto_renew:
             watchdog.watch(holding)
-        # only time spent in line is a wait (see ``Lock``)
-        signals.announce_acquired(self, started - attempt.begun if waited else 0.0, value or None)
-        return HELD_RESULT
+        counters.acquired(None, None, 0, self.name, waited)  # no counters but the history's
+        signals.announce_acquired(self, waited, outcome.value or None)
 
     @staticmethod
     def _release_call(holding: Holding) -> tuple[Sequence[str | bytes], list[Any]]:

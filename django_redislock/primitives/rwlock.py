@@ -17,14 +17,17 @@ renewed by the watchdog. Acquire and release are each one ``EVALSHA``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django_redislock.backend.scripts import RWLOCK_ACQUIRE
 from django_redislock.backend.values import HolderInfo
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockTimeout
+from django_redislock.holds import losses
 from django_redislock.primitives.async_permits import AsyncPermitPrimitive
 from django_redislock.primitives.base import Primitive
+from django_redislock.primitives.guarded import timeout_error
 from django_redislock.primitives.permits import PermitBase
 from django_redislock.primitives.sync_permits import PermitPrimitive
 from django_redislock.validation import check_bool
@@ -45,9 +48,8 @@ class _RWSide(PermitBase):
         return f"<{type(self).__name__} {self.name!r}>"
 
     def _timeout_error(self, result: AcquireResult) -> LockTimeout:
-        error = super()._timeout_error(result)
-        error.args = (f"Could not acquire {self.name!r} for {self.mode} in time.",)
-        return error
+        subject = f"Could not acquire {self.name!r} for {self.mode} in time"
+        return timeout_error(subject, result, self.name)
 
 
 class ReadLock(_RWSide, PermitPrimitive):
@@ -88,6 +90,9 @@ class _ReadWriteLockBase(Primitive):
         auto_renew: bool | None = None,
         using: str | None = None,
         fencing: bool = False,
+        on_lost: Callable[[Any], object] | None = None,
+        max_hold: float | None = None,
+        cancel_on_loss: bool = False,
     ) -> None:
         super().__init__(
             name,
@@ -105,6 +110,10 @@ class _ReadWriteLockBase(Primitive):
             "using": using,
             "fencing": check_bool(fencing, "fencing", allow_none=False),
         }
+        if on_lost is not None or max_hold is not None or cancel_on_loss is not False:
+            # checked here, for this class's kind of hold; its handles check them again
+            losses.loss_options(on_lost, max_hold, cancel_on_loss, asyncio_holds=self.asyncio_holds)
+            self._options.update(on_lost=on_lost, max_hold=max_hold, cancel_on_loss=cancel_on_loss)
 
 
 class ReadWriteLock(_ReadWriteLockBase):
@@ -163,6 +172,8 @@ class AsyncReadWriteLock(_ReadWriteLockBase):
 
     A holder is a handle in one asyncio task.
     """
+
+    asyncio_holds = True
 
     def read(self) -> AsyncReadLock:
         """A handle on the shared (read) side."""

@@ -19,6 +19,9 @@ two permits (as with ``threading.Semaphore``); ``release`` returns the latest.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from django_redislock.backend.scripts import SEMAPHORE_ACQUIRE
 from django_redislock.engine.steps import LIMIT_MISMATCH
 from django_redislock.primitives.async_permits import AsyncPermitPrimitive
@@ -61,6 +64,9 @@ class SemaphoreBase(PermitBase):
         auto_renew: bool | None = None,
         using: str | None = None,
         fencing: bool = False,
+        on_lost: Callable[[Any], object] | None = None,
+        max_hold: float | None = None,
+        cancel_on_loss: bool = False,
     ) -> None:
         super().__init__(
             name,
@@ -70,6 +76,9 @@ class SemaphoreBase(PermitBase):
             auto_renew=auto_renew,
             using=using,
             fencing=fencing,
+            on_lost=on_lost,
+            max_hold=max_hold,
+            cancel_on_loss=cancel_on_loss,
         )
         self._limit = check_limit(limit)
 

@@ -7,22 +7,25 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from types import TracebackType
+from typing import Any, TypeVar
 
 from django_redislock import signals
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import PERMIT_DESCRIBE
 from django_redislock.backend.values import HolderInfo, parse_holders
-from django_redislock.engine import drivers
+from django_redislock.engine import drivers, pool
 from django_redislock.engine.steps import AcquireResult
 from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding, current_pid
+from django_redislock.primitives import guarded
 from django_redislock.primitives.base import token_of
-from django_redislock.primitives.guarded import Guarded
 from django_redislock.primitives.permits import PermitBase
 
+_P = TypeVar("_P", bound="PermitPrimitive")
 
-class PermitPrimitive(PermitBase, Guarded):
+
+class PermitPrimitive(PermitBase):
     """The synchronous API of a permit primitive; a holder is the object in one thread."""
 
     def __init__(self, name: str, **options: Any) -> None:
@@ -81,15 +84,11 @@ class PermitPrimitive(PermitBase, Guarded):
         keys, args = self._release_call(holding)
         sent = time.monotonic()
         try:
-            result = self.release_script(holding.client, keys, args)
-        except backend.BACKEND_ERRORS as exc:
-            error = self._unreachable(holding, exc, sent, "released it")
-            holding.end()  # the lease frees the permit if Redis was not told
-            raise error from error.__cause__
-        except BaseException:
-            holding.end()
-            raise
-        self._after_release(holding, result)
+            result = pool.send(self.release_script, holding.client, keys, args)
+        except BaseException as error:
+            self._released(holding, sent, error=error)
+        else:
+            self._released(holding, sent, result)
 
     def extend(self, seconds: float | None = None) -> None:
         """Make ``seconds`` the lease of this holder's latest permit from now on
@@ -100,6 +99,17 @@ class PermitPrimitive(PermitBase, Guarded):
     def owned(self) -> bool:
         """Whether this holder's latest permit is live, according to Redis."""
         return bool(self._stack()) and self._owns(self.holders())
+
+    def __enter__(self: _P) -> _P:
+        return guarded.enter(self)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        guarded.leave(self, exc_type, exc)
 
     def holders(self) -> list[HolderInfo]:
         """Every live holder: token, ``host:pid:thread``, seconds of lease left, fence."""

@@ -4,11 +4,14 @@ import math
 import re
 import time
 
+from asgiref.sync import sync_to_async
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from django_redislock import (
@@ -16,6 +19,7 @@ from django_redislock import (
     LockBackendError,
     LockTimeout,
     Semaphore,
+    idempotent,
     require_lock,
     require_slot,
 )
@@ -35,13 +39,33 @@ def index(request: HttpRequest) -> HttpResponse:
 
 
 @require_POST
+@idempotent()
 @require_lock("sku:<pk>")
 def buy(request: HttpRequest, pk: int) -> HttpResponse:
-    """One purchase. The view lock serialises buyers of this SKU (a second
+    """One purchase. A client that sends an ``Idempotency-Key`` and retries
+    (a double click, a lost answer) buys once: the retry gets the first
+    answer replayed, or 409 while it still runs (docs/once.md).
+    The view lock serialises buyers of this SKU (a second
     buyer waits up to BLOCKING_TIMEOUT, then gets 423 with Retry-After);
     ``deduct()`` guards the stock itself, until the order is committed.
     Redis failing part way (``LockBackendError`` from ``deduct()``) rolls the
     purchase back and answers 503, as ``@require_lock`` does for its own lock."""
+    return purchase(request, pk)
+
+
+@require_lock("sku:<pk>")
+async def abuy(request: HttpRequest, pk: int) -> HttpResponse:
+    """``buy`` as an async view (under ASGI): the view lock is an
+    ``AsyncLock``, and its waiters wait as tasks on the worker's event loop,
+    on the process's shared wake-up connection, without a thread each; the
+    purchase itself (the ORM) runs in a thread."""
+    if request.method != "POST":
+        return HttpResponse(status=405, headers={"Allow": "POST"})
+    return await sync_to_async(purchase)(request, pk)
+
+
+def purchase(request: HttpRequest, pk: int) -> HttpResponse:
+    """The purchase of ``buy`` and ``abuy``, under their lock."""
     sku = get_object_or_404(SKU, pk=pk)
     buyer = request.user.get_username() if request.user.is_authenticated else "guest"
     think = request.POST.get("think_ms", "")
@@ -115,8 +139,13 @@ def start_load(request: HttpRequest) -> HttpResponse:
         messages.error(request, f"Redis is unreachable, so no load run: {exc}")
         return redirect("shop:index")
     if started:
+        dashboard = reverse("admin:django_redislock_heldlock_changelist")
         messages.success(
-            request, "8 buyers are shopping for 60 s: watch /admin/django_redislock/heldlock/."
+            request,
+            format_html(
+                '8 buyers are shopping for 60 s: watch <a href="{}">the lock dashboard</a>.',
+                dashboard,
+            ),
         )
     else:
         messages.info(request, "A load run is already going.")

@@ -15,7 +15,7 @@ def test_async_mirror_of_the_django_redis_pool_answers() -> None:
     an asyncio connection made every async call fail."""
 
     async def main() -> bool:
-        client = async_clients.get_async_client(backend.get_client("default"))
+        client = async_clients.mirror(backend.get_client("default"))[0]
         assert client is not None
         pong = bool(await client.ping())
         async with AsyncLock("mirror"):

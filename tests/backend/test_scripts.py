@@ -18,11 +18,11 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
-from redis.client import Pipeline
 
 from django_redislock import AsyncLock, Lock, Redlock, Semaphore
-from django_redislock.backend.scripts import LOCK_RELEASE
+from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 from tests.settings import redis_cache
+from tests.support.clients import ASYNC_CLIENT, CLIENT, LIB, VALKEY
 from tests.support.other_holders import OtherThread
 from tests.support.scaleout import RedlockServers
 from tests.support.servers import RedisServer
@@ -47,9 +47,10 @@ class Tracer:
 @pytest.fixture
 def tracer(monkeypatch: pytest.MonkeyPatch, _scripts_loaded: None) -> Tracer:
     tracer = Tracer()
-    sync_execute = redis.Redis.execute_command
-    async_execute = redis.asyncio.Redis.execute_command
-    pipeline_execute = Pipeline.execute
+    sync_execute = CLIENT.execute_command
+    async_execute = ASYNC_CLIENT.execute_command
+    pipeline = LIB.client.Pipeline
+    pipeline_execute = pipeline.execute
 
     def traced(self: Any, *args: Any, **options: Any) -> Any:
         tracer.record(args[0])
@@ -63,9 +64,9 @@ def tracer(monkeypatch: pytest.MonkeyPatch, _scripts_loaded: None) -> Tracer:
         tracer.record("PIPELINE")
         return pipeline_execute(self, *args, **kwargs)
 
-    monkeypatch.setattr(redis.Redis, "execute_command", traced)
-    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", traced_async)
-    monkeypatch.setattr(Pipeline, "execute", traced_pipeline)
+    monkeypatch.setattr(CLIENT, "execute_command", traced)
+    monkeypatch.setattr(ASYNC_CLIENT, "execute_command", traced_async)
+    monkeypatch.setattr(pipeline, "execute", traced_pipeline)
     return tracer
 
 
@@ -109,13 +110,18 @@ def test_a_tracer_sees_async_locks_and_semaphores(tracer: Tracer) -> None:
 
 
 def test_a_client_subclass_execute_command_is_used(redis_url: str) -> None:
-    """A django-redis ``REDIS_CLIENT_CLASS`` that overrides ``execute_command``."""
+    """A django-redis ``REDIS_CLIENT_CLASS`` (django-valkey's ``BASE_CLIENT_CLASS``)
+    that overrides ``execute_command``."""
     from django.test import override_settings
 
     from tests.settings import redis_cache
 
+    option = "BASE_CLIENT_CLASS" if VALKEY else "REDIS_CLIENT_CLASS"
     caches = {
-        "default": redis_cache(redis_url, REDIS_CLIENT_CLASS="tests.backend.test_scripts.Counting")
+        "default": redis_cache(
+            redis_url,
+            **{option: "tests.backend.test_scripts.Counting"},
+        )
     }
     Counting.seen = []
     with override_settings(CACHES=caches):
@@ -124,7 +130,7 @@ def test_a_client_subclass_execute_command_is_used(redis_url: str) -> None:
     assert Counting.seen == ["SET", "EVALSHA"]  # the acquire's SET NX PX, the release
 
 
-class Counting(redis.Redis):
+class Counting(CLIENT):  # type: ignore[misc,valid-type]
     seen: list[str] = []
 
     def execute_command(self, *args: Any, **options: Any) -> Any:
@@ -175,8 +181,8 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
     redis instrumentation sees it: a command sent without the caller's
     context is a trace of its own, missing from the request's."""
     seen: list[tuple[str, str | None]] = []
-    sync_execute = redis.Redis.execute_command
-    async_execute = redis.asyncio.Redis.execute_command
+    sync_execute = CLIENT.execute_command
+    async_execute = ASYNC_CLIENT.execute_command
 
     def traced(self: Any, *args: Any, **options: Any) -> Any:
         seen.append((str(args[0]).upper(), SPAN.get()))
@@ -186,8 +192,8 @@ def spans(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
         seen.append((str(args[0]).upper(), SPAN.get()))
         return await async_execute(self, *args, **options)
 
-    monkeypatch.setattr(redis.Redis, "execute_command", traced)
-    monkeypatch.setattr(redis.asyncio.Redis, "execute_command", traced_async)
+    monkeypatch.setattr(CLIENT, "execute_command", traced)
+    monkeypatch.setattr(ASYNC_CLIENT, "execute_command", traced_async)
     return seen
 
 
@@ -242,3 +248,24 @@ def test_commands_bounded_on_a_worker_are_sent_in_the_caller_s_context(
         in_span(use)
     assert sum(command == "EVALSHA" for command, _ in spans) >= 2  # each acquire
     assert {span for _, span in spans} == {"request"}
+
+
+def test_a_lease_in_its_last_millisecond_gives_a_retry_hint(redis_client: redis.Redis) -> None:
+    # PTTL says 0 in a lease's last millisecond; a hint of 0 reads as none,
+    # and a waiter given none re-checks only after a whole wait chunk (2 s),
+    # long after the lease ran out. Leases of 1 ms put many attempts there.
+    key = "redislock:{last-ms}:lock"
+    args = LOCK_ACQUIRE.args_of(
+        token="b" * 32, lease_ms=30_000, mode="try", fenced="0", holder="test",
+        since_ms=0, waiter_ttl_ms=10_000, stats_ttl_ms=0,
+    )  # fmt: skip
+    hints = []
+    for _ in range(300):
+        redis_client.set(key, "a" * 32 + ":0:1:0:1:0:test", px=1)
+        reply = LOCK_ACQUIRE(redis_client, [key], args)
+        code = reply[0] if isinstance(reply, list) else reply
+        if code < -1:
+            hints.append(-2 - code)
+        redis_client.delete(key)
+    assert hints, "no attempt found the lock still held"
+    assert min(hints) >= 1

@@ -24,6 +24,7 @@ RECIPE_PAGES = [
     "faults.md",
     "metrics.md",
     "migrating.md",
+    "once.md",
     "quickstart.md",
     "settings.md",
     "testing-your-project.md",
@@ -103,3 +104,16 @@ def test_each_recipe_block_imports_what_it_uses(page: str) -> None:
             for node in ast.parse(code).body
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
         }
+
+
+def test_pages_say_what_a_reader_following_them_literally_needs() -> None:
+    """Each trip of a reader who followed a page literally (#43): a free
+    ``import_feed("stock")`` started 3 s late behind a task waiting on its
+    lock; the xdist fixture errored every test without pytest-xdist."""
+    celery = (ROOT / "docs" / "celery.md").read_text()
+    assert "runs at once **on a free worker**" in celery
+    assert "A task waiting for its lock occupies its worker" in celery
+    testing = (ROOT / "docs" / "testing-your-project.md").read_text()
+    fixture = testing.index("def _lock_prefix_per_worker(worker_id)")
+    assert "needs pytest-xdist installed" in testing[:fixture]
+    assert "fixture 'worker_id' not found" in testing[:fixture]

@@ -28,7 +28,7 @@ import pytest
 from django.core.cache import cache
 from django.core.management import CommandError, call_command
 from django.db import connection
-from django.test import RequestFactory
+from django.test import RequestFactory, override_settings
 
 from django_redislock import ALREADY_RUNNING, Lock
 from django_redislock.testing import assert_no_locks_held
@@ -75,7 +75,7 @@ def test_every_block_of_the_page_is_marked_and_run_here() -> None:
         f"{lock}-{side}"
         for lock in ("cache-lock", "redis-py", "python-redis-lock", "celery-once", "db-lock")
         for side in SIDES
-    } | {"celery-once-config", "side-by-side", "bridge"}
+    } | {"celery-once-config", "side-by-side", "bridge", "django-valkey"}
 
 
 @pytest.mark.parametrize("side", SIDES)
@@ -297,6 +297,26 @@ def test_the_bridge_excludes_old_and_new_code(other_thread: OtherThread) -> None
     assert rebuild_report("monday") == "report for monday"
     assert not cache.lock("report:monday").locked()
     assert_no_locks_held()
+
+
+def test_a_rolling_switch_to_django_valkey_keeps_every_lock(
+    redis_url: str, other_thread: OtherThread
+) -> None:
+    """The page's django-valkey cache beside the django-redis cache it replaces,
+    on one server: one lock, whichever side holds it."""
+    new = load("django-valkey", url=redis_url).CACHES["default"]
+    assert new["BACKEND"] == "django_valkey.cache.ValkeyCache"
+    old = {**new, "BACKEND": "django_redis.cache.RedisCache"}
+    with override_settings(CACHES={"default": new, "old": old}):
+        for holding, other in (("old", "default"), ("default", "old")):
+            holder = Lock("sku:42", using=holding)
+            assert other_thread(holder.acquire)
+            assert Lock("sku:42", using=other).locked()
+            assert not Lock("sku:42", using=other).acquire(blocking=False)
+            other_thread(holder.release)
+            with Lock("sku:42", using=other):
+                pass
+        assert_no_locks_held()
 
 
 def test_the_page_is_linked_from_the_readme_the_quickstart_and_the_nav() -> None:

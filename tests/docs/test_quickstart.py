@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import types
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -98,13 +99,26 @@ SUPERUSER = {
 }
 
 
-def snippets() -> list[tuple[str, str]]:
+def snippets(backend: str | None = None) -> list[tuple[str, str]]:
+    """The page's snippets in order; with ``backend``, only that backend's
+    ``settings:<backend>`` block of the alternatives (``settings`` for it)."""
     text = PAGE.read_text(encoding="utf-8")
     found = [(m["what"], m["code"]) for m in MARKED.finditer(text)]
     assert {what for what, _ in found} >= {"settings", "shell", "shop/views.py", "urls.py"}
     # every snippet of the page is one of them: none is left untested
     assert len(found) == text.count("\n```") // 2, "a snippet of the page has no test: mark"
-    return found
+    if backend is None:
+        return found
+    return [
+        ("settings" if what == f"settings:{backend}" else what, code)
+        for what, code in found
+        if not what.startswith("settings:") or what == f"settings:{backend}"
+    ]
+
+
+def backends() -> list[str]:
+    """The cache backends the page offers a ``settings:<backend>`` block for."""
+    return [what.split(":", 1)[1] for what, _ in snippets() if what.startswith("settings:")]
 
 
 def dashboard_url() -> str:
@@ -123,10 +137,20 @@ def test_every_snippet_of_the_quickstart_is_run() -> None:
         "pip install ./django-redislock        # the directory of your checkout\n",
     ) in found
     files = {what.lstrip("+") for what, _ in found} - {"install", "settings", "shell", "dashboard"}
-    assert files == {"shop/views.py", "shop/models.py", "urls.py"}
+    assert files == {"shop/views.py", "shop/models.py", "urls.py"} | {
+        f"settings:{b}" for b in backends()
+    }
+    # Django's own RedisCache is shown, not only django-redis (#43)
+    assert {"builtin", "django-redis"} <= set(backends())
 
 
-def test_the_quickstart_works_in_a_new_project(tmp_path: Path, redis_url: str) -> None:
+@pytest.mark.parametrize("backend", backends())
+def test_the_quickstart_works_in_a_new_project(
+    tmp_path: Path, redis_url: str, backend: str
+) -> None:
+    """Every snippet in order, on each backend the page offers; ``manage.py
+    check`` after each one, so no state the page leaves the reader in is
+    broken (``urls.py`` once routed a view a later snippet defined)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "mysite.settings"}
     env.pop("DATABASE_URL", None)
 
@@ -139,34 +163,65 @@ def test_the_quickstart_works_in_a_new_project(tmp_path: Path, redis_url: str) -
 
     run("-m", "django", "startproject", "mysite", ".")
     settings = tmp_path / "mysite" / "settings.py"
-    for what, code in snippets():
-        if what == "install":  # the checkout is on PYTHONPATH (above)
-            assert code.startswith("pip install ./django-redislock"), code
-        elif what == "settings":
-            code = code.replace("redis://127.0.0.1:6379/0", redis_url)  # the suite's own server
-            assert "6379" not in code
-            settings.write_text(settings.read_text() + "\n" + code)
-        elif what == "shell":
-            for line in code.splitlines():
-                command = line.split("#")[0].split()
-                assert command[:2] == ["python", "manage.py"], line
-                output = run("manage.py", *command[2:])
-                assert "WARNINGS" not in output and "django_redislock.W" not in output, output
-        elif what == "dashboard":
-            assert code.splitlines() == [
-                "python manage.py createsuperuser", "python manage.py runserver"
-            ], code  # fmt: skip
-            env.update(SUPERUSER)
-            run("manage.py", "createsuperuser", "--noinput")
-            assert_serves_dashboard(tmp_path, env)
-        else:
-            target = tmp_path / ("mysite/urls.py" if what.lstrip("+") == "urls.py" else what)
-            if what.startswith("+"):
-                target = tmp_path / what[1:]
-                code = target.read_text() + "\n\n" + code
-            target.write_text(code)
+    for what, code in snippets(backend):
+        apply_snippet(tmp_path, settings, what, code, run, env, redis_url)
+        if what not in ("install", "shell", "dashboard"):  # a file the reader changed
+            output = run("manage.py", "check")  # the state the page leaves them in
+            assert "django_redislock.W" not in output, (what, code, output)
     check = CHECK.replace("PASSWORD", repr(SUPERUSER["DJANGO_SUPERUSER_PASSWORD"]))
     assert "quickstart ok" in run("-c", check.replace("DASHBOARD", repr(dashboard_url())))
+    logged = run("-c", LOGGED)  # the page's LOGGING: level, logger and time
+    assert re.search(
+        r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING django_redislock\.probe a probe$",
+        logged,
+        re.M,
+    ), logged
+
+
+#: A record of the library's logger tree, in the project the page sets up.
+LOGGED = """
+import logging
+import django
+django.setup()
+logging.getLogger("django_redislock.probe").warning("a probe")
+"""
+
+
+def apply_snippet(
+    project: Path,
+    settings: Path,
+    what: str,
+    code: str,
+    run: Callable[..., str],
+    env: dict[str, str],
+    redis_url: str,
+) -> None:
+    """One snippet of the page, done as the page says."""
+    if what == "install":  # the checkout is on PYTHONPATH (above)
+        assert code.startswith("pip install ./django-redislock"), code
+    elif what == "settings":
+        code = code.replace("redis://127.0.0.1:6379/0", redis_url)  # the suite's own server
+        assert "6379" not in code
+        settings.write_text(settings.read_text() + "\n" + code)
+    elif what == "shell":
+        for line in code.splitlines():
+            command = line.split("#")[0].split()
+            assert command[:2] == ["python", "manage.py"], line
+            output = run("manage.py", *command[2:])
+            assert "WARNINGS" not in output and "django_redislock.W" not in output, output
+    elif what == "dashboard":
+        assert code.splitlines() == [
+            "python manage.py createsuperuser", "python manage.py runserver"
+        ], code  # fmt: skip
+        env.update(SUPERUSER)
+        run("manage.py", "createsuperuser", "--noinput")
+        assert_serves_dashboard(project, env)
+    else:
+        file = "mysite/urls.py" if what.lstrip("+") == "urls.py" else what.lstrip("+")
+        target = project / file
+        if what.startswith("+"):
+            code = target.read_text() + "\n\n" + code
+        target.write_text(code)
 
 
 def assert_serves_dashboard(project: Path, env: dict[str, str]) -> None:

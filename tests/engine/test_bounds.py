@@ -34,46 +34,55 @@ def test_few_buckets_serve_a_long_budget() -> None:
 
 
 def test_a_client_whose_socket_timeout_is_short_enough_runs_as_it_is() -> None:
-    client = redis.Redis(socket_timeout=0.3)
-    assert bounds.Siblings().get(client, 5.0) is None
+    client = redis.Redis(socket_timeout=0.3, retry=None)  # no Retry: as django-redis's pools
+    assert bounds.Limits().get(client, 5.0) is None
+    assert bounds.Limits().fits(client, 0.9, 3)
+    assert not bounds.Limits().fits(client, 0.8, 3)  # a script's three round trips
 
 
 @pytest.mark.parametrize("socket_timeout", [None, 30.0])
-def test_a_client_with_a_longer_socket_timeout_gets_a_cached_sibling(
+def test_a_client_with_a_longer_socket_timeout_is_bounded_by_the_bucket(
     socket_timeout: float | None,
 ) -> None:
     client = redis.Redis(port=1, socket_timeout=socket_timeout, db=3)
-    siblings = bounds.Siblings()
-    bound = siblings.get(client, 4.0)
-    assert bound is not None and bound.seconds == bounds.bucket(4.0)
-    sibling = bound.client
-    assert type(sibling) is type(client)
-    kwargs = sibling.connection_pool.connection_kwargs
-    assert kwargs["socket_timeout"] == bound.seconds
-    assert kwargs["socket_connect_timeout"] == bound.seconds
-    assert (kwargs["port"], kwargs["db"]) == (1, 3)
-    assert not kwargs["retry_on_timeout"]
-    # a timed-out command is never sent again (it would outlive the budget)
-    calls: list[int] = []
-
-    def times_out() -> None:
-        calls.append(1)
-        raise redis.TimeoutError("timed out")
-
-    with pytest.raises(redis.TimeoutError):
-        kwargs["retry"].call_with_retry(times_out, lambda error: None)
-    assert len(calls) == 1, "sent again"
-    assert siblings.get(client, 4.0 - 1e-6) is bound  # same bucket, same sibling
+    limits = bounds.Limits()
+    assert limits.get(client, 4.0) == bounds.bucket(4.0)
+    assert limits.get(client, 4.0 - 1e-6) == bounds.bucket(4.0)  # same bucket
+    assert limits.get(client, 0.1) == bounds.FLOOR
 
 
-def test_a_pool_without_a_plain_sibling_is_bounded_on_asyncio_only() -> None:
+def test_a_pool_of_ones_own_is_bounded_like_any_other() -> None:
     class CustomPool(redis.ConnectionPool):
         pass
 
     client = redis.Redis(connection_pool=CustomPool())
-    bound = bounds.Siblings().get(client, 1.0)
-    assert bound is not None and bound.client is None and bound.seconds == 1.0
+    assert bounds.Limits().get(client, 1.0) == 1.0
     assert bounds.own_socket_timeout(client) == made_timeout(client)
+
+
+def test_bounded_commands_open_no_connection_beyond_the_cache_pool(redis_url: str) -> None:
+    """A pool of our own per timeout bucket (a "sibling") once multiplied the
+    process's connections by the buckets in use, each with the cache pool's
+    cap. A bounded command now runs on the cache's own pool, in the caller's
+    thread or on a worker: with every budget from 0.1 s to 30 s, the server
+    sees at most the pool's cap."""
+    from django_redislock.backend.scripts import LOCK_TAKE
+    from django_redislock.engine import drivers
+
+    # every connection a copy of this pool would open carries the name too
+    client = redis.Redis.from_url(f"{redis_url}?client_name=bounded", socket_timeout=30,
+                                  max_connections=3)  # fmt: skip
+    probe = redis.Redis.from_url(redis_url)
+    try:
+        for tenth in range(1, 300, 7):
+            deadline = time.monotonic() + tenth / 10
+            call = Call(LOCK_TAKE, [f"bounded:{tenth}"], ["v", 1000], deadline=deadline)
+            assert drivers.perform(call, client)
+        mine = [c for c in probe.client_list() if c["name"] == "bounded"]
+        assert 1 <= len(mine) <= 3
+    finally:
+        client.close()
+        probe.close()
 
 
 def made_timeout(client: redis.Redis) -> float:
@@ -150,53 +159,24 @@ def test_dropped_clean_ups_are_forgotten_the_one_in_hand_too() -> None:
     assert janitor.pending() == 0
 
 
-def test_a_forgotten_sibling_closes_its_connections(redis_url: str) -> None:
-    """New settings drop the siblings; their sockets are closed, not left to the
-    garbage collector (which may finalize a socket before its connection)."""
-    import gc
-
-    client = redis.Redis.from_url(redis_url, socket_timeout=30)
-    probe = redis.Redis.from_url(redis_url)
-    try:
-        siblings = bounds.Siblings()
-        bound = siblings.get(client, 1.0)
-        assert bound is not None and bound.client is not None
-        bound.client.client_setname("forgotten-sibling")
-
-        def named() -> int:
-            return sum(c["name"] == "forgotten-sibling" for c in probe.client_list())
-
-        assert named() == 1
-        # the test keeps the pool: only the sibling's own clean-up can close it
-        pool = bound.client.connection_pool
-        del bound, siblings
-        gc.collect()
-        deadline = time.monotonic() + 5  # the server notices the close asynchronously
-        while named() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert named() == 0, "the forgotten sibling's connection is still open"
-        pool.disconnect()
-    finally:
-        client.close()
-        probe.close()
-
-
 class OwnPool(redis.ConnectionPool):
-    """A pool class of the project's own: no sibling client, a worker thread instead."""
+    """A pool class of the project's own (bounded steps run on worker threads)."""
 
 
 @pytest.mark.usefixtures("real_redis")  # blocked_clients, from INFO
-def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
+def test_waiters_share_one_blocked_connection_and_hold_up_no_other_acquire(
     redis_url: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """On a pool with no sibling a bounded step runs on a worker thread. The
-    waiters' ``BLPOP``s ran on the commands' workers (16 per server): with 16
-    threads waiting for a busy name, an uncontended acquire of another name on
-    the same healthy server queued behind their waits, up to a wait chunk, and
-    gave up with ``LockBackendTimeout``."""
+    """Every waiter of a process waits on one shared wake-up connection
+    (``engine/wakeups.py``): with more waiters than worker threads, Redis sees
+    one blocked client, and an uncontended acquire of another name on the
+    same healthy server is not held up by them. (Their ``BLPOP``s once ran on
+    the commands' workers, 16 per server, and such an acquire queued behind
+    them, up to a wait chunk, and gave up with ``LockBackendTimeout``.)"""
     from django.test import override_settings
 
     from django_redislock import Lock
+    from django_redislock.engine.wakeups import wakeups
     from tests.settings import redis_cache
     from tests.support.other_holders import OtherThread
 
@@ -211,7 +191,7 @@ def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
             CONNECTION_POOL_CLASS=f"{__name__}.OwnPool",
         )
     }
-    waiters, queue = bounds.MAX_WORKERS, "redislock:{crowd}:queue"
+    waiters, queue = 2 * bounds.MAX_WORKERS, "redislock:{crowd}:queue"
     holder_thread = OtherThread()
     with override_settings(CACHES=caches):
         holder = Lock("crowd", timeout=60)
@@ -230,12 +210,13 @@ def test_an_acquire_with_no_sibling_does_not_wait_for_other_threads_waits(
             for thread in threads:
                 thread.start()
             deadline = time.monotonic() + 20
-            while (
-                redis_client.zcard(queue) < waiters
-                or int(redis_client.info("clients")["blocked_clients"]) < waiters
-            ):
+            while redis_client.zcard(queue) < waiters or wakeups.waiters() < waiters:
                 assert time.monotonic() < deadline, "the waiters never all waited"
                 time.sleep(0.01)
+            blocked = [
+                c for c in redis_client.client_list() if c["name"] == "crowd" and "b" in c["flags"]
+            ]
+            assert len(blocked) == 1  # this process's shared wake-up connection
             started = time.monotonic()
             other = Lock("other", blocking_timeout=3)
             assert other.acquire(), "an uncontended acquire waited for the waiters' threads"

@@ -41,6 +41,7 @@ from django_redislock.engine import bounds
 from django_redislock.engine import janitor as janitor_module
 from django_redislock.exceptions import LockBackendTimeout
 from tests.settings import redis_cache
+from tests.support.clients import LIB
 from tests.support.other_holders import OtherThread
 from tests.support.servers import RedisServer
 
@@ -104,8 +105,8 @@ def paused(redis_server_factory: Callable[..., RedisServer]) -> Iterator[Pausabl
         server.client.close()
 
 
-class OwnPool(redis.ConnectionPool):
-    """A pool class of the project's own: no sibling client, a worker thread instead."""
+class OwnPool(LIB.ConnectionPool):  # type: ignore[misc,name-defined]
+    """A pool class of the project's own, whose asyncio commands run on worker threads."""
 
 
 def settings_for(server: Pausable, socket_timeout: float | None, *, own_pool: bool = False) -> Any:
@@ -180,7 +181,7 @@ def test_async_acquire_on_a_paused_redis_ends_at_its_blocking_timeout(
     paused: Pausable, kind: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if path == "fallback":  # no asyncio mirror (Sentinel, Cluster): a worker thread
-        monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda c: None)
+        monkeypatch.setattr("django_redislock.backend.aio.mirror", lambda c: None)
 
     async def main() -> None:
         warm = ASYNC[kind](blocking_timeout=BUDGET)
@@ -429,14 +430,15 @@ def test_a_paused_server_holding_every_wait_thread_delays_no_async_waiter_elsewh
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The asyncio fallback (no asyncio mirror: Sentinel, a pool class of
-    one's own) runs its waits and reads on threads (``drivers.waits``). They
-    were one set for every server: once reads on a paused server with no
-    socket timeout held them all, a waiter on a healthy server never got a
-    thread for its ``BLPOP``, and slept through the release that handed it
-    the lock (and its reads queued as long)."""
-    from django_redislock.engine import drivers
+    one's own) runs its reads on worker threads, a set per server
+    (``bounds.workers``), and its waits on the shared wake-up connection of
+    their server. Once the threads were one set for every server: reads on a
+    paused server with no socket timeout held them all, a waiter on a healthy
+    server never got a thread for its ``BLPOP``, and slept through the release
+    that handed it the lock (and its reads queued as long)."""
+    from django_redislock.engine import bounds
 
-    monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda c: None)
+    monkeypatch.setattr("django_redislock.backend.aio.mirror", lambda c: None)
     healthy = redis_server_factory()
     own_pool = f"{__name__}.OwnPool"
     caches = {
@@ -453,9 +455,9 @@ def test_a_paused_server_holding_every_wait_thread_delays_no_async_waiter_elsewh
             async with AsyncLock(NAME, timeout=LEASE, using=alias, blocking_timeout=BUDGET):
                 pass
         paused.pause()
-        stuck = [asyncio.create_task(AsyncLock(NAME).locked()) for _ in range(drivers.WAIT_WORKERS)]
+        stuck = [asyncio.create_task(AsyncLock(NAME).locked()) for _ in range(bounds.MAX_WORKERS)]
         deadline = time.monotonic() + 30
-        while drivers.waits.workers() < drivers.WAIT_WORKERS:
+        while bounds.workers.workers() < bounds.MAX_WORKERS:
             assert time.monotonic() < deadline, "the reads never took every wait thread"
             await asyncio.sleep(0.01)
         await asyncio.sleep(0.2)  # each is in its read, on the paused server
@@ -506,7 +508,7 @@ def test_an_asyncio_timeout_ends_an_unbounded_acquire_on_a_paused_redis(
     after 10 s. The clean-up now waits ``CLEANUP_TIMEOUT`` at most, then is
     the janitor's."""
     if path == "fallback":
-        monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda c: None)
+        monkeypatch.setattr("django_redislock.backend.aio.mirror", lambda c: None)
 
     async def main() -> float:
         warm = ASYNC[kind](blocking_timeout=BUDGET)

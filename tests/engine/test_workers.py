@@ -80,3 +80,42 @@ def test_a_refused_thread_fails_the_call_only_when_no_worker_would_take_it(
     with pytest.raises(RuntimeError, match="can't start new thread"):
         pool.submit(int, "8")
     assert not pool._jobs  # not left queued for nobody
+
+
+def test_a_pool_whose_every_worker_is_past_its_deadline_refuses_at_once() -> None:
+    """A hung server (Redlock's fan-out): every worker held by a job whose
+    caller gave up. A job queued behind them would be too late anyway."""
+    import time
+
+    pool = DaemonPool(2, "test-daemons-hung", idle_exit=0.5)
+    gate = threading.Event()
+    started = [threading.Event() for _ in range(3)]
+    try:
+        soon = time.monotonic() + 0.2
+        stuck = [
+            pool.submit(lambda e: e.set() or gate.wait(30), s, deadline=soon) for s in started[:2]
+        ]
+        assert all(s.wait(5) for s in started[:2])
+        time.sleep(0.3)  # the subject is the deadline passing
+        with pytest.raises(daemons.Hung):
+            pool.submit(int, "1", deadline=time.monotonic() + 5)
+        assert not pool._jobs  # not queued
+    finally:
+        gate.set()
+    assert all(f.result(timeout=5) for f in stuck)
+    # a worker free again: jobs are taken
+    assert pool.submit(int, "2", deadline=time.monotonic() + 5).result(timeout=5) == 2
+
+
+def test_a_pool_with_a_worker_within_its_deadline_queues() -> None:
+    import time
+
+    pool = DaemonPool(1, "test-daemons-busy", idle_exit=0.5)
+    gate = threading.Event()
+    try:
+        held = pool.submit(gate.wait, 30, deadline=time.monotonic() + 30)
+        queued = pool.submit(int, "3", deadline=time.monotonic() + 30)
+        assert not queued.done()
+    finally:
+        gate.set()
+    assert held.result(timeout=5) is True and queued.result(timeout=5) == 3

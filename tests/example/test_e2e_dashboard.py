@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from django_redislock import Lock, LockLostError
+from django_redislock.holds import counters as tally
 from tests.example.test_e2e import browser, example_shop, login, screenshot
 from tests.support.other_holders import OtherThread
 
@@ -145,6 +146,37 @@ def test_a_refresh_shows_a_kind_without_counters(
         page.close()
         permits.release()
         lock.release()
+
+
+def test_hot_names_show_the_current_minute_at_the_next_refresh(
+    admin_user: Any, live_server: Any, browser: Any, other_thread: OtherThread
+) -> None:
+    """Early in a load run the panel said "Nothing recorded in the last 15
+    minutes" beside rows with 41 acquisitions: it was rendered with the page
+    and then refreshed only every third table refresh (9 s). While empty it
+    now refreshes with every one: the first refresh after the history has
+    something shows it, long before the third."""
+
+    recorder = tally.TALLY
+    recorder.flush()
+    page = open_dashboard(browser, live_server.url)
+    try:
+        assert page.locator("#redislock-hot-empty").count() == 1
+        for _ in range(3):  # waits, the panel's default order
+            with Lock("live:hot"):
+                assert not other_thread(Lock("live:hot").acquire, blocking_timeout=0.05)
+        recorder.flush()
+        recorded = page.evaluate("() => Date.now()")
+        page.wait_for_function(  # the first table refresh since
+            "n => Number(document.getElementById('redislock-table').dataset.refreshed) > n",
+            arg=recorded,
+            timeout=2 * REFRESH_MS + 5_000,
+        )
+        page.wait_for_selector(  # chained to it: not two refreshes (6 s) later
+            '#redislock-hot-table tr[data-name="live:hot"]', timeout=REFRESH_MS + 1_500
+        )
+    finally:
+        page.close()
 
 
 def test_a_busy_lock_handed_over_all_the_time_looks_healthy(

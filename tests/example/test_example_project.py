@@ -333,6 +333,31 @@ def test_shop_edges_answer_instead_of_crashing(tmp_path: Path) -> None:
     assert "outcome 302 bought" in result.stdout
 
 
+LOAD_FLASH = """
+from unittest import mock
+from django.test import Client
+from django.urls import reverse
+from example_project.shop import load
+
+with mock.patch.object(load, "start_in_background", return_value=True):  # no real run
+    page = Client(SERVER_NAME="127.0.0.1").post(reverse("shop:load"), follow=True)
+print(page.status_code, page.content.decode())
+"""
+
+
+def test_the_load_flash_links_to_the_dashboard(tmp_path: Path) -> None:
+    """ "Make some load" said "watch /admin/django_redislock/heldlock/." as
+    plain text: now the dashboard is a link (the name itself escaped)."""
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    result = manage(tmp_path, "shell", "-c", LOAD_FLASH)
+    assert result.returncode == 0, result.stderr
+    assert "\n200 <!doctype html>" in "\n" + result.stdout, result.stdout[:300]
+    assert (
+        '8 buyers are shopping for 60 s: watch <a href="/admin/django_redislock/heldlock/">'
+        "the lock dashboard</a>." in result.stdout
+    ), result.stdout
+
+
 INVOICES = """
 import functools
 from django.contrib.auth.models import User
@@ -383,3 +408,29 @@ def test_invoices_are_limited_to_two_at_once_per_user(tmp_path: Path) -> None:
     busy = re.search(r"^busy 429 (\d+)$", out, re.M)
     assert busy and 1 <= int(busy.group(1)) <= 10, out  # the shop's 10 s lease at most
     assert "others 200" in out and "again 200" in out, out
+
+
+SHOP_RETRY = """
+from django.test import Client
+from django.urls import reverse
+from example_project.shop.models import Order, SKU
+
+client = Client(SERVER_NAME="127.0.0.1")
+sku = SKU.objects.order_by("pk").first()
+buy = reverse("shop:buy", args=[sku.pk])
+before, orders = sku.stock, Order.objects.count()
+answers = [client.post(buy, headers={"Idempotency-Key": "tap-1"}) for _ in range(3)]
+sku.refresh_from_db()
+print("answers", [a.status_code for a in answers], [a.get("Idempotent-Replayed") for a in answers])
+print("sold", before - sku.stock, Order.objects.count() - orders)
+"""
+
+
+def test_the_shops_buy_view_buys_once_per_idempotency_key(tmp_path: Path) -> None:
+    """A client retrying a purchase with one ``Idempotency-Key`` (docs/once.md)."""
+    assert manage(tmp_path, "migrate", "--noinput", "-v", "0").returncode == 0
+    assert manage(tmp_path, "seed_shop").returncode == 0
+    result = manage(tmp_path, "shell", "-c", SHOP_RETRY)
+    assert result.returncode == 0, result.stderr
+    assert "answers [302, 302, 302] [None, 'true', 'true']" in result.stdout, result.stdout
+    assert "sold 1 1" in result.stdout

@@ -33,6 +33,7 @@ from django_redislock import (
 from django_redislock import signals as lock_signals
 from django_redislock.holds import watchdog as watchdog_module
 from tests.settings import redis_cache
+from tests.support.clients import LIB, VALKEY
 from tests.support.faultproxy import FaultProxy
 from tests.support.other_holders import OtherThread
 from tests.support.procs import CTX, processes
@@ -383,7 +384,7 @@ def test_paused_holder_cannot_write_over_a_newer_token(redis_client: redis.Redis
 #: Threads any acquire may start that leave by themselves once idle: the
 #: counters' writer, and the workers a bounded command waits on (one that must
 #: set up a connection first, ``bounds.must_connect``).
-_COME_AND_GO = ("django-redislock-counters", "django-redislock-bounded", "django-redislock-waits")
+_COME_AND_GO = ("django-redislock-counters", "django-redislock-bounded", "django-redislock-wakeups")
 
 
 def _threads_but_counters() -> int:
@@ -401,7 +402,7 @@ def test_slow_redis_gives_backend_error_and_leaves_nothing_behind(
         proxy.latency = 1.0
         with pytest.raises(LockBackendError) as info:
             Lock("slow", timeout=lease).acquire()
-        assert isinstance(info.value.__cause__, redis.TimeoutError | redis.ConnectionError)
+        assert isinstance(info.value.__cause__, LIB.TimeoutError | LIB.ConnectionError)
         assert info.value.name == "slow"
 
         # 2. Slow while held: the watchdog cannot renew, the holder is told.
@@ -486,10 +487,13 @@ def test_cut_connections_are_reconnected_transparently(
 
 
 def _retrying_cache(url: str) -> dict[str, object]:
-    from redis.backoff import NoBackoff
-    from redis.retry import Retry
-
-    return {"default": cache_through(url, CONNECTION_POOL_KWARGS={"retry": Retry(NoBackoff(), 2)})}
+    # the client library's own Retry (the other library's retries none of its errors);
+    # valkey-py, as redis-py before 6, retries only the errors it is told to
+    retry = LIB.retry.Retry(LIB.backoff.NoBackoff(), 2)
+    kwargs: dict[str, object] = {"retry": retry}
+    if VALKEY:
+        kwargs["retry_on_error"] = [LIB.ConnectionError]
+    return {"default": cache_through(url, CONNECTION_POOL_KWARGS=kwargs)}
 
 
 @pytest.mark.parametrize(

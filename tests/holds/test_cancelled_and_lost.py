@@ -93,7 +93,7 @@ def test_an_extend_after_the_watchdog_reported_the_lease_lost_raises(
     assert lock.acquire()
     holding = lock._holding()
     assert holding is not None
-    watchdog._lose(holding, "could not reach Redis")  # what a renewal that gave up does
+    watchdog.settling.lose(holding, "could not reach Redis")  # what a renewal that gave up does
     assert redis_client.pttl("redislock:{extend-after-lost}:lock") > 0  # some lease left
     with pytest.raises(LockLostError, match="could not reach Redis"):
         lock.extend(60)

@@ -23,9 +23,9 @@ from django_redislock import AsyncLock, Lock, LockLostError
 from django_redislock.engine import bounds
 from django_redislock.engine import workers as daemons
 from django_redislock.holds import counters
-from django_redislock.holds import writer as background
 from django_redislock.ops.inspection import stats
 from tests.settings import redis_cache
+from tests.support.clients import CLIENT
 from tests.support.other_holders import OtherThread
 from tests.support.procs import worker_env
 from tests.support.servers import RedisServer, free_port
@@ -112,7 +112,6 @@ def tally(monkeypatch: pytest.MonkeyPatch) -> Iterator[counters.Tally]:
     leave with stand-in clients)."""
     own = counters.Tally(background=False)
     monkeypatch.setattr("django_redislock.holds.counters.acquired", own.acquired)
-    monkeypatch.setattr("django_redislock.holds.counters.acquired_at_once", own.acquired_at_once)
     monkeypatch.setattr("django_redislock.holds.counters.flush", own.flush)
     yield own
     own.reset()
@@ -148,7 +147,8 @@ def test_uncontended_cycles_run_no_counter_command(tally: counters.Tally, enable
         assert found["cmdstat_evalsha"]["calls"] == 20
         tally.flush()
         found = redis_client.info("commandstats")
-        assert found.get("cmdstat_hincrby", {}).get("calls", 0) == (1 if enabled else 0)
+        # the name's ``acquired``, and its minute's ``acquired`` and ``w0`` in the same pipeline
+        assert found.get("cmdstat_hincrby", {}).get("calls", 0) == (3 if enabled else 0)
         if enabled:
             assert counters_of(redis_client, "cost") == {"acquired": 21}
             assert 3_600_000 - 60_000 < redis_client.pttl(STATS_KEY % "cost") <= 3_600_000
@@ -176,7 +176,7 @@ def test_counts_reach_redis_within_a_second_unasked(
     )  # the tests' conftest turns it off
     with Lock("unasked"):
         pass
-    deadline = time.monotonic() + 10 * background.FLUSH_SECONDS
+    deadline = time.monotonic() + 10 * counters.FLUSH_SECONDS
     while not redis_client.exists(STATS_KEY % "unasked"):
         assert time.monotonic() < deadline, "the counts were never written"
         threading.Event().wait(0.05)
@@ -253,7 +253,7 @@ def own_pool_client(url: str) -> redis.Redis:
     from tests.engine.test_hung_server import OwnPool
 
     pool = OwnPool.from_url(url, socket_timeout=None, socket_connect_timeout=None)
-    return redis.Redis(connection_pool=pool)
+    return CLIENT(connection_pool=pool)  # type: ignore[no-any-return]
 
 
 def test_the_last_write_needs_no_new_thread(
@@ -265,7 +265,7 @@ def test_the_last_write_needs_no_new_thread(
     refused = refuse_threads(monkeypatch, daemons)
     client = own_pool_client(redis_url)
     own = counters.Tally()  # its writing thread starts with the count
-    own.acquired(client, (STATS_KEY % "last-write").encode(), 60_000, 0.0)
+    own.acquired(client, (STATS_KEY % "last-write").encode(), 60_000, "n", 0.0)
     own.close()
     assert counters_of(redis_client, "last-write") == {"acquired": 1}
     assert not refused  # no worker was even asked for
@@ -277,12 +277,12 @@ def test_the_last_write_to_a_hung_redis_gives_up_after_exit_wait(
 ) -> None:
     from tests.support.faultproxy import FaultProxy
 
-    monkeypatch.setattr("django_redislock.holds.writer.EXIT_WAIT", 0.5)
+    monkeypatch.setattr("django_redislock.holds.counters.EXIT_WAIT", 0.5)
     with FaultProxy(redis_url) as proxy:
         client = own_pool_client(proxy.url)
         client.ping()  # connected before the server stops answering
         own = counters.Tally()
-        own.acquired(client, (STATS_KEY % "last-hung").encode(), 60_000, 0.0)
+        own.acquired(client, (STATS_KEY % "last-hung").encode(), 60_000, "n", 0.0)
         proxy.blackhole()
         started = time.monotonic()
         own.close()
@@ -311,8 +311,8 @@ def test_a_hung_redis_holds_the_exit_of_a_process_on_its_own_pool_up_briefly(
     finally:
         server.process.send_signal(signal.SIGCONT)
     last_words = float(done.stdout.split()[-1])
-    # two writers (the counters and the history), then the interpreter's teardown
-    assert exited - last_words < 2 * background.EXIT_WAIT + 3, exited - last_words
+    # the one writer's last write, then the interpreter's teardown
+    assert exited - last_words < 2 * counters.EXIT_WAIT + 3, exited - last_words
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
@@ -333,8 +333,8 @@ def test_a_forked_child_does_not_write_its_parents_counts(redis_client: redis.Re
 def test_pending_counts_are_readable_before_they_are_written(tally: counters.Tally) -> None:
     """What the 423 answer's Retry-After adds to the counters it reads."""
     client, other = object(), object()
-    tally.acquired(client, b"k", 60_000, 0.25)
-    tally.acquired(client, b"k", 60_000, 0.0)
+    tally.acquired(client, b"k", 60_000, "n", 0.25)
+    tally.acquired(client, b"k", 60_000, "n", 0.0)
     assert tally.pending(client, b"k") == (2, 250, 1)
     assert tally.pending(other, b"k") == (0, 0, 0)  # another server's counters
     assert tally.pending(client, b"j") == (0, 0, 0)
@@ -343,7 +343,7 @@ def test_pending_counts_are_readable_before_they_are_written(tally: counters.Tal
 def test_counts_that_cannot_be_written_are_dropped_quietly() -> None:
     dead = redis.Redis(port=free_port(), socket_connect_timeout=1)  # nothing listens there
     own = counters.Tally(background=False)
-    own.acquired(dead, b"redislock:{x}:stats", 60_000, 0.5)
+    own.acquired(dead, b"redislock:{x}:stats", 60_000, "n", 0.5)
     own.flush()  # no exception: statistics never break a lock
     assert own.pending(dead, b"redislock:{x}:stats") == (0, 0, 0)  # dropped, not kept to retry
 
@@ -359,7 +359,7 @@ def test_a_hung_redis_holds_a_write_up_for_the_write_timeout_only(
     with FaultProxy(redis_url) as proxy:
         hung = redis.Redis.from_url(proxy.url)  # no socket timeout of its own
         own = counters.Tally(background=False)
-        own.acquired(hung, STATS_KEY.encode() % b"hung", 60_000, 0.0)
+        own.acquired(hung, STATS_KEY.encode() % b"hung", 60_000, "n", 0.0)
         proxy.blackhole()
         started = time.monotonic()
         own.flush()
@@ -372,11 +372,11 @@ def test_a_hung_redis_holds_a_write_up_for_the_write_timeout_only(
 def test_a_thread_that_cannot_start_never_fails_the_count(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    starts = refuse_threads(monkeypatch, background)
+    starts = refuse_threads(monkeypatch, counters)
     own = counters.Tally()
     client = object()
-    own.acquired(client, b"k", 60_000, 0.0)  # no exception reaches the acquire
-    own.acquired(client, b"k", 60_000, 0.0)
+    own.acquired(client, b"k", 60_000, "n", 0.0)  # no exception reaches the acquire
+    own.acquired(client, b"k", 60_000, "n", 0.0)
     assert len(starts) == 2  # each count tries again
     assert own.pending(client, b"k") == (2, 0, 0)  # and nothing was lost
     own.reset()  # the stand-in client cannot be written at exit
@@ -387,25 +387,25 @@ def test_a_thread_that_cannot_start_is_logged_once_until_one_starts(
 ) -> None:
     """Every count tries to start the thread: a process at its thread limit
     logged a WARNING with a traceback per acquire."""
-    starts = refuse_threads(monkeypatch, background)
+    starts = refuse_threads(monkeypatch, counters)
     own = counters.Tally()
     client = object()
     with caplog.at_level(logging.DEBUG, logger="django_redislock.engine.threads"):
         for _ in range(5):
-            own.acquired(client, b"k", 60_000, 0.0)
+            own.acquired(client, b"k", 60_000, "n", 0.0)
     assert len(starts) == 5  # each count still tries again
     levels = [r.levelno for r in caplog.records if r.name == "django_redislock.engine.threads"]
     assert levels == [logging.WARNING] + [logging.DEBUG] * 4
     monkeypatch.undo()  # threads start again
     with own._lock:
         own._pending.clear()
-        own._start()
+        own._thread = own._life.start(own._run)
         assert own._thread is not None
         own._thread = None  # it ended (it sees it is no longer the writer and exits)
-    refuse_threads(monkeypatch, background)
+    refuse_threads(monkeypatch, counters)
     caplog.clear()
     with caplog.at_level(logging.DEBUG, logger="django_redislock.engine.threads"):
-        own.acquired(client, b"k", 60_000, 0.0)
+        own.acquired(client, b"k", 60_000, "n", 0.0)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]  # a new outage is told
     own.reset()
 
@@ -428,7 +428,7 @@ def test_a_flush_returns_after_the_write_already_in_flight(
         return execute(self, *args, **kwargs)
 
     monkeypatch.setattr(Pipeline, "execute", slow)
-    own.acquired(redis_client, (STATS_KEY % "in-flight").encode(), 60_000, 0.0)
+    own.acquired(redis_client, (STATS_KEY % "in-flight").encode(), 60_000, "n", 0.0)
     writer = threading.Thread(target=own.flush)  # as the writing thread's
     writer.start()
     assert entered.wait(5)

@@ -161,21 +161,16 @@ def test_a_child_forked_without_the_hooks_renews_its_own_leases() -> None:
 def test_a_child_forked_without_the_hooks_never_writes_its_parents_counts(
     redis_client: redis.Redis,
 ) -> None:
-    tally = counters.Tally(background=False)
-    tally.acquired(redis_client, b"redislock:{hookless}:stats", 60_000, 0.0)
-    recorder = hot.Recorder(lambda: (redis_client, "redislock"), background=False)
-    recorder.acquired(Lock, "hookless")
+    tally = counters.Tally(background=False, history=lambda: (redis_client, "redislock"))
+    tally.acquired(redis_client, b"redislock:{hookless}:stats", 60_000, "hookless", 0.0)
 
     def child() -> int:
         tally.flush()
-        recorder.flush()
         tally.close()  # as at the child's exit
-        recorder.close()
         return 0
 
     assert fork_and_run(child, hooks=False) == 0
     tally.flush()
-    recorder.flush()
     assert redis_client.hget("redislock:{hookless}:stats", "acquired") == b"1"
     minutes = [m for m in hot.read(redis_client, "redislock", time.time(), 2) if m]
     assert [m["hookless"]["acquired"] for m in minutes] == [1]
@@ -201,3 +196,23 @@ def test_cluster_clients_start_afresh_in_the_child() -> None:
             assert fork_and_run(child) == 0
     finally:
         clusters._clients.pop("parent's", None)
+
+
+def test_a_forked_child_of_a_leader_leads_nothing_and_its_resign_releases_nothing() -> None:
+    from django_redislock import Leadership
+
+    leader = Leadership("forked-leader", timeout=0.6)
+    assert leader.campaign()
+
+    def child() -> int:
+        failures = 0
+        if leader.is_leader or leader.fencing_token is not None:
+            failures |= 2
+        leader.resign()  # the parent's term: nothing to send
+        return failures
+
+    assert fork_and_run(child) == 0
+    assert leader.is_leader
+    info = Leadership.leader_of("forked-leader")
+    assert info is not None and info.fencing_token == leader.fencing_token
+    leader.resign()

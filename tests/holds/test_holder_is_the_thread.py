@@ -194,15 +194,16 @@ def test_one_name_on_two_cache_aliases_is_two_holds_for_the_transaction(
     other_db = redis_url.rsplit("/", 1)[0] + "/4"
     caches = {"default": redis_cache(redis_url), "b": redis_cache(other_db)}
 
-    @require_lock("report:1", using="b")
-    def on_b() -> None:
-        pass
+    with override_settings(CACHES=caches):  # an alias is checked when the decorator is applied
 
-    @require_lock("report:1")
-    def on_default() -> None:
-        pass
+        @require_lock("report:1", using="b")
+        def on_b() -> None:
+            pass
 
-    with override_settings(CACHES=caches):
+        @require_lock("report:1")
+        def on_default() -> None:
+            pass
+
         with transaction.atomic():
             on_b()
             on_default()

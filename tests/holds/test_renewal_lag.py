@@ -21,8 +21,9 @@ from django.test import override_settings
 from django_redislock import Lock, LockLostError, LockNotOwnedError
 from django_redislock import signals as lock_signals
 from django_redislock.holds import dropped
-from django_redislock.holds.dropped import LostLeases
+from django_redislock.holds.dropped import LostLeases, Summary
 from django_redislock.holds.lag import Lag
+from django_redislock.holds.settling import RETRY_LOG_EVERY
 from django_redislock.holds.watchdog import watchdog
 from tests.settings import redis_cache
 from tests.support.faultproxy import FaultProxy
@@ -189,16 +190,18 @@ def test_renewals_failing_together_are_logged_a_line_a_second(
     class Holding:
         lease_deadline = time.monotonic() + 60
 
-    monkeypatch.setattr(watchdog, "_retry_logged", [-60.0, 0])
+    retries = Summary(RETRY_LOG_EVERY)
+    monkeypatch.setattr(watchdog.settling, "_retries", retries)
     started = time.monotonic()
     for i in range(50):
         error = LockBackendError(f"Redis is unreachable for lock 'down:{i}'", name=f"down:{i}")
-        watchdog._failed(Holding(), started, error)  # type: ignore[arg-type]
+        watchdog.settling._failed(Holding(), started, error)  # type: ignore[arg-type]
     lines = [r.getMessage() for r in caplog.records if "retrying" in r.getMessage()]
     assert lines == ["Lease renewal failed, retrying: Redis is unreachable for lock 'down:0'"]
-    monkeypatch.setattr(watchdog, "_retry_logged", [time.monotonic() - 2, 49])
-    watchdog._failed(Holding(), started, error)
+    retries.last_line -= 2  # a second past: the next failure's line says how many more
+    watchdog.settling._failed(Holding(), started, error)  # type: ignore[arg-type]
     assert "(49 more failed since the last such line)" in caplog.records[-1].getMessage()
+    assert retries.count == 0
 
 
 def test_the_lag_is_told_when_it_starts_and_ends_and_warned_once_a_minute(
@@ -230,3 +233,16 @@ def test_the_lag_is_told_when_it_starts_and_ends_and_warned_once_a_minute(
     assert "owes 120" in warnings[0].getMessage()
     assert any(r.getMessage().startswith("Lease renewals caught up") for r in caplog.records)
     assert lag.last == 0.5
+
+
+def test_the_summary_core_logs_the_first_then_counts_with_bounded_keys_and_sample() -> None:
+    """``Summary``: what the outage log, the lost-lease log and the retry line share."""
+    summary: Summary[str] = Summary(5.0, kept=2, sample=1)
+    assert summary.quiet(100.0)  # the first after a quiet interval: logged in full
+    assert not summary.quiet(101.0) and summary.due() == float("inf")  # nothing counted yet
+    for key in ["a", "b", "c", "a"]:
+        summary.add(key, f"item {key}")
+    assert not summary.quiet(200.0)  # counted ones wait for their line
+    assert summary.due() == 105.0
+    assert summary.take(105.0) == (4, {"a": 2, "b": 1}, ["item a"])  # "c": in the count only
+    assert summary.count == 0 and not summary.quiet(109.0) and summary.quiet(110.0)

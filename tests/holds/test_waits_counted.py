@@ -18,7 +18,7 @@ import pytest
 
 from django_redislock import Lock, Semaphore
 from django_redislock import signals as lock_signals
-from django_redislock.ops import history as hot
+from django_redislock.holds import counters
 from tests.support.other_holders import OtherThread
 from tests.support.signals_helper import capture
 
@@ -34,41 +34,36 @@ def slow(real: Any) -> Any:
 
 
 @pytest.fixture
-def recorder() -> Iterator[hot.Recorder]:
-    """A history recorder of the test's own, tapped to the signals for the test:
-    what it tallies is read from memory, so no other recorder, flush or write
-    (and no earlier test that re-ran the apps' ``ready()``) can change it."""
-    own = hot.Recorder(hot._connect, background=False)
-    receivers = hot._receivers(own)
-    for signal, receiver in receivers:
-        lock_signals.tap(signal, receiver)
+def recorder(monkeypatch: pytest.MonkeyPatch) -> Iterator[counters.Tally]:
+    """A tally of the test's own, in place of the process's for the test: what
+    it tallies is read from memory, so no flush or write can change it."""
+    own = counters.Tally(background=False)
+    for count in ("acquired", "contended", "lost"):
+        monkeypatch.setattr(counters, count, getattr(own, count))
     try:
         yield own
     finally:
-        for signal, receiver in receivers:
-            lock_signals.untap(signal, receiver)
-        own.forget_exit()
         own.reset()
 
 
-def waits_of(recorder: hot.Recorder, name: str) -> int:
+def waits_of(recorder: counters.Tally, name: str) -> int:
     """The waits ``recorder`` tallied for ``name`` (the hot-names panel's count)."""
     return sum(
-        entry[hot.FIELDS.index("waits")]
-        for (_, tallied), entry in recorder._tally.items()
-        if tallied == name
+        entry[counters._WAITS]
+        for entry in recorder._pending.values()
+        if entry[counters._NAME] == name
     )
 
 
 @pytest.mark.parametrize("kind", ["lock", "semaphore"])
 def test_a_slow_start_is_not_a_wait(
-    kind: str, recorder: hot.Recorder, monkeypatch: pytest.MonkeyPatch
+    kind: str, recorder: counters.Tally, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     if kind == "lock":
-        import django_redislock.primitives.lock_common as steps
+        import django_redislock.primitives.first_step as steps
 
         monkeypatch.setattr(
-            "django_redislock.primitives.lock_common.holder_description",
+            "django_redislock.primitives.first_step.holder_description",
             slow(steps.holder_description),
         )
         primitive: Any = Lock("slow-start")
@@ -87,7 +82,9 @@ def test_a_slow_start_is_not_a_wait(
     assert waits_of(recorder, "slow-start") == 0
 
 
-def test_a_wait_in_line_is_still_a_wait(recorder: hot.Recorder, other_thread: OtherThread) -> None:
+def test_a_wait_in_line_is_still_a_wait(
+    recorder: counters.Tally, other_thread: OtherThread
+) -> None:
     holder = Lock("in-line", auto_renew=False)
     assert other_thread(holder.acquire)
     timer = threading.Timer(0.2, other_thread, (holder.release,))

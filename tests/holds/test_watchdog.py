@@ -70,6 +70,29 @@ def test_thread_exits_after_idle_and_restarts_on_demand(monkeypatch: pytest.Monk
         assert lock.owned()
 
 
+def test_the_idle_countdown_starts_at_the_last_release_not_at_its_renewal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The scheduler waits for the next renewal due; a release that leaves it
+    nothing to renew wakes it, so it ends ``IDLE_EXIT`` after the release,
+    not after the renewal a long lease would have had (here, 20 s away)."""
+    monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.3)
+    lock = Lock("idle-after-release", timeout=60)
+    assert lock.acquire()
+    assert watchdog.watching() == 1  # scheduled, not just queued
+    thread = watchdog._thread
+    assert thread is not None
+    with watchdog._cond:
+        watchdog._cond.notify_all()  # it waits for the renewal due now
+    deadline = time.monotonic() + 10
+    while watchdog._wake_at < time.monotonic() + 10:
+        assert time.monotonic() < deadline, "the scheduler never waited for the renewal"
+        time.sleep(0.01)
+    lock.release()
+    thread.join(5)
+    assert not thread.is_alive(), "the watchdog slept on towards a released hold's renewal"
+
+
 def test_no_thread_without_auto_renew(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("django_redislock.holds.watchdog.IDLE_EXIT", 0.2)
     wait_idle()
@@ -191,7 +214,7 @@ def test_a_renewal_that_crashed_is_logged_with_its_traceback(
         raise RuntimeError("a wrapper's own error")
     except RuntimeError as exc:
         error = exc
-    watchdog._failed(Holding(), time.monotonic(), error)  # type: ignore[arg-type]
+    watchdog.settling._failed(Holding(), time.monotonic(), error)  # type: ignore[arg-type]
     [record] = [r for r in caplog.records if r.getMessage().startswith("Lease renewal crashed")]
     assert record.exc_info is not None and record.exc_info[1] is error
 
@@ -311,6 +334,7 @@ class _Renewable:
     batch_client = None
     active = True
     watch_state = 0  # the watchdog's (Holding.watch_state)
+    hooks = None  # no loss hooks (Holding.hooks)
 
     def __init__(
         self,
@@ -595,6 +619,7 @@ def test_a_hold_the_restarted_thread_cannot_take_is_reported_lost_at_once(
         lane = "server"
         active = True
         watch_state = 0
+        hooks = None
 
         def renew(self) -> bool:
             return True

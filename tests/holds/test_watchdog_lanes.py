@@ -36,7 +36,9 @@ def dog(monkeypatch: pytest.MonkeyPatch) -> Iterator[watchdog_module.Watchdog]:
     dog = watchdog_module.Watchdog()
     yield dog
     wait_idle(dog)
-    wait_until(lambda: not dog._lanes and dog._thread is None, "the watchdog's threads to exit")
+    wait_until(
+        lambda: not dog.lanes._lanes and dog._thread is None, "the watchdog's threads to exit"
+    )
 
 
 class GoneAndExits(_Renewable):
@@ -138,7 +140,7 @@ def test_lanes_leave_once_idle(dog: watchdog_module.Watchdog) -> None:
     for renewable in renewables:
         assert renewable.renewed.wait(5)
         dog.unwatch(renewable)
-    wait_until(lambda: not dog._lanes, "the idle lanes to exit")
+    wait_until(lambda: not dog.lanes._lanes, "the idle lanes to exit")
     assert len(lane_threads()) <= before
 
 
@@ -234,7 +236,8 @@ def test_every_frozen_hold_on_one_server_is_told_at_its_lease_end(
     caches = {**settings.CACHES, "hung": redis_cache(server.server.url, **options)}
     told: dict[str, float] = {}
     every = threading.Event()
-    locks = [Lock(f"lanes:frozen:{i}", timeout=1.2, using="hung") for i in range(4)]
+    with override_settings(CACHES=caches):  # an alias is checked when a lock is built
+        locks = [Lock(f"lanes:frozen:{i}", timeout=1.2, using="hung") for i in range(4)]
 
     def on_lost(name: str, **kwargs: Any) -> None:
         told[name] = time.monotonic()

@@ -23,6 +23,7 @@ from django.test import Client
 
 from django_redislock import Lock, LockLostError, Semaphore
 from django_redislock.context import describe_holder
+from django_redislock.holds import counters as tally
 from tests.support.other_holders import OtherThread
 
 pytestmark = pytest.mark.django_db
@@ -183,12 +184,11 @@ def test_every_name_links_to_its_own_page(admin_client: Client, name: str) -> No
 def test_the_page_of_a_name_shows_what_locks_inspect_shows(
     admin_client: Client, other_thread: OtherThread
 ) -> None:
-    from django.apps import apps
 
     for _ in range(2):  # counters and history
         with Lock("truth:page"):
             pass
-    apps.get_app_config("django_redislock").hot_recorder.flush()
+    tally.TALLY.flush()
     held = Lock("truth:page", timeout=40, auto_renew=False)
     with describe_holder("nightly import"):
         assert held.acquire()
@@ -305,9 +305,8 @@ def test_releasing_whoever_needs_the_permission_and_csrf(other_thread: OtherThre
 def test_charts_are_labelled_with_measured_values(
     admin_client: Client, other_thread: OtherThread
 ) -> None:
-    from django.apps import apps
 
-    recorder = apps.get_app_config("django_redislock").hot_recorder
+    recorder = tally.TALLY
     recorder.flush()
     if time.time() % 60 > 50:  # all of it in one minute of the history
         time.sleep(61 - time.time() % 60)
@@ -319,10 +318,42 @@ def test_charts_are_labelled_with_measured_values(
     row = fragment[fragment.index('<tr data-name="truth:chart">') :]
     row = row[: row.index("</tr>")]
     assert "peak 5/min · median 5/min" in row
-    p95, p50 = r"p95</span> peak ≤ \d+ ms", r'<span class="p50">p50</span> median ≤ \d+ ms'
+    p95, p50 = r"p95</span> ≤ \d+ ms", r'<span class="p50">p50</span> ≤ \d+ ms over the hour'
     assert re.search(f"{p95} · {p50}", row)
     assert re.search(r"mean \d+ ms", row)
     assert "max " not in row  # no axis bound passed off as a measurement
+
+
+def test_wait_labels_are_the_hours_percentiles_real_bucket_bounds_in_order() -> None:
+    """A name with one 10,158 ms wait read "p95 peak ≤ 30000 ms · p50 median
+    ≤ 15001 ms": the median of two minutes' p50 bounds (2 and 30000),
+    averaged into a bound no bucket has, beside a p95 that disagreed with it.
+    The labels are now percentiles of the hour's pooled histogram."""
+    from collections import Counter
+
+    from django.template.loader import render_to_string
+
+    from django_redislock.ops import charts
+    from django_redislock.ops import history as hot
+
+    long_wait = f"w{hot.bucket(10_158)}"  # the 10-30 s bucket
+    short_wait = f"w{hot.bucket(2)}"
+
+    def label(history: list[dict[str, Counter[str]]]) -> str:
+        [entry] = hot.hot_names(history, window=len(history), order="waits")
+        html = render_to_string(
+            "admin/django_redislock/history_charts.html",
+            {"h": charts.name_charts(entry), "part": "wait"},
+        )
+        return re.sub(r"<[^>]+>", "", html.split('class="legend summary wait-summary"', 1)[1])
+
+    one = [{}, {"n": Counter(waits=1, timeouts=1, wait_ms=10_158, **{long_wait: 1})}]
+    assert "p95 ≤ 30000 ms · p50 ≤ 30000 ms over the hour" in label(one)  # one sample, one bound
+    two = [{"n": Counter(acquired=1, waits=1, wait_ms=2, **{short_wait: 1})}, *one]
+    text = label(two)
+    assert "p95 ≤ 30000 ms · p50 ≤ 2 ms over the hour" in text, text
+    assert "15001" not in text
+    assert "no waits" in label([{"n": Counter(timeouts=1, waits=1)}])  # no histogram: none shown
 
 
 def test_a_name_released_while_the_page_is_read_is_not_counted(

@@ -1,4 +1,5 @@
-"""Per-minute history for the hot-names panel: recording, reading, ranking."""
+"""Per-minute history for the hot-names panel: recording (in the one tally of
+lock use, ``holds/counters.py``), reading, ranking."""
 
 from __future__ import annotations
 
@@ -10,9 +11,8 @@ from typing import Any
 import pytest
 import redis
 
-from django_redislock import Lock, Semaphore, signals
+from django_redislock import Lock, ReadWriteLock, Semaphore, signals
 from django_redislock.holds import counters
-from django_redislock.holds import writer as background
 from django_redislock.ops import history as hot
 from tests.support.servers import RedisServer
 from tests.support.threads import refuse_threads
@@ -36,8 +36,18 @@ def wait_until_written(client: redis.Redis, field: str) -> None:
         time.sleep(0.05)
 
 
-def recorder(client: redis.Redis, clock: Clock) -> hot.Recorder:
-    return hot.Recorder(lambda: (client, "redislock"), clock, background=False)
+def recorder(client: Any, clock: Any = time.time, *, background: bool = False) -> counters.Tally:
+    """A tally of the test's own, its history written to ``client``."""
+    return counters.Tally(background=background, clock=clock, history=lambda: (client, "redislock"))
+
+
+def acquired(tally: counters.Tally, name: str, waited: float = 0.0) -> None:
+    """An acquire of a kind with no counters of its own (the history's only)."""
+    tally.acquired(None, None, 0, name, waited)
+
+
+def lost(tally: counters.Tally, name: str) -> None:
+    tally.lost(None, None, 0, name)
 
 
 def test_tally_is_written_by_one_pipelined_flush() -> None:
@@ -48,9 +58,9 @@ def test_tally_is_written_by_one_pipelined_flush() -> None:
         redis_client = redis.Redis.from_url(private.url)
         clock = Clock(6000.0)  # minute 100
         rec = recorder(redis_client, clock)
-        rec.acquired(None, name="sku:1", waited=0.0)
-        rec.acquired(None, name="sku:1", waited=0.3)
-        rec.contended(None, name="sku:1", waited=2.0)
+        acquired(rec, "sku:1")
+        acquired(rec, "sku:1", 0.3)
+        rec.contended("sku:1", 2.0)
         key = hot.minute_key("redislock", 100)
         assert not redis_client.exists(key)  # receivers never write
         redis_client.config_resetstat()
@@ -73,15 +83,15 @@ def test_tally_is_written_by_one_pipelined_flush() -> None:
 
 
 def test_the_background_thread_writes_within_seconds(redis_client: redis.Redis) -> None:
-    rec = hot.Recorder(lambda: (redis_client, "redislock"))
-    rec.lost(None, name="gone")
+    rec = recorder(redis_client, background=True)
+    lost(rec, "gone")
     wait_until_written(redis_client, "gone\x1flost")
     drain(rec)  # its thread ends
 
 
 def test_reset_forgets_the_parents_tally(redis_client: redis.Redis) -> None:
     rec = recorder(redis_client, Clock(6000.0))
-    rec.lost(None, name="x")
+    lost(rec, "x")
     rec.reset()
     rec.flush()
     assert not redis_client.exists(hot.minute_key("redislock", 100))
@@ -91,9 +101,9 @@ def test_a_redis_failure_never_reaches_the_lock() -> None:
     def broken() -> tuple[Any, str]:
         raise redis.ConnectionError("down")
 
-    rec = hot.Recorder(broken, Clock(0.0))
-    rec.lost(None, name="x")
-    rec.flush()  # logged at DEBUG, not raised
+    rec = counters.Tally(clock=Clock(0.0), history=broken)
+    lost(rec, "x")
+    rec.flush()  # logged, not raised
     drain(rec)
 
 
@@ -102,43 +112,52 @@ def test_a_thread_that_cannot_start_is_tried_again(
 ) -> None:
     """One refused start left the thread set but never running: the history
     was never written again and the tally grew for good."""
-    refused = refuse_threads(monkeypatch, background)
-    rec = hot.Recorder(lambda: (redis_client, "redislock"))
-    rec.lost(None, name="x")
-    rec.lost(None, name="x")
+    refused = refuse_threads(monkeypatch, counters)
+    rec = recorder(redis_client, background=True)
+    lost(rec, "x")
+    lost(rec, "x")
     assert len(refused) == 2  # each record tries again
     monkeypatch.undo()  # threads start again
-    rec.lost(None, name="started")
+    lost(rec, "started")
     wait_until_written(redis_client, "started\x1flost")
     drain(rec)
 
 
-def test_installing_again_replaces_the_recorder(redis_client: redis.Redis) -> None:
-    """``AppConfig.ready()`` runs again when a test overrides INSTALLED_APPS:
-    every acquire must still be recorded once."""
-    before = hot._installed()
-    assert len(before) == 1  # the app's own, from ready()
+def test_an_unwaited_acquire_of_every_kind_reaches_the_minute_history(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counted where each primitive knows what happened: a Lock's acquire
+    that did not wait (with its counters), a Semaphore's and a
+    ReadWriteLock's; a receiver of ``lock_acquired`` is still sent each."""
+    monkeypatch.setattr(counters.TALLY, "_clock", Clock(6000.0))  # minute 100
+    heard: list[str] = []
+
+    def receiver(sender: Any, name: str, **_: Any) -> None:
+        heard.append(name)
+
+    signals.lock_acquired.connect(receiver)
     try:
-        newer = hot.install()
-        assert hot._installed() == {newer}
-        assert sum(1 for r in signals.tapped(signals.lock_acquired) if r == newer.acquired) == 1
-        assert counters.TALLY.on_unwaited == newer.add_unwaited
-        with Lock("installed-twice"):  # counted with the counters, handed over at their flush
+        for _ in range(3):
+            with Lock("sku:free"):
+                pass
+        with Semaphore("sku:pool", 2):
             pass
-        with Semaphore("installed-twice", 2):  # through lock_acquired
+        with ReadWriteLock("sku:rw").read():
             pass
-        counters.TALLY.hand_over()
-        assert sum(c[0] for c in newer._tally.values()) == 2
-        assert all(not old._tally for old in before)
     finally:
-        newer.stop()
-        for signal, receiver in hot._receivers(newer):
-            signals.untap(signal, receiver)
-        for old in before:  # the app's own again, as the other tests expect
-            for signal, receiver in hot._receivers(old):
-                signals.tap(signal, receiver, counted=signal is signals.lock_acquired)
-            counters.TALLY.on_unwaited = old.add_unwaited
-            counters.TALLY.on_first_unwaited = old.wake
+        signals.lock_acquired.disconnect(receiver)
+    assert heard == ["sku:free"] * 3 + ["sku:pool", "sku:rw"]
+    counters.flush()
+    fields = {
+        k.decode(): int(v)
+        for k, v in redis_client.hgetall(hot.minute_key("redislock", 100)).items()
+    }
+    assert fields == {
+        "sku:free\x1facquired": 3, "sku:free\x1fw0": 3,
+        "sku:pool\x1facquired": 1, "sku:pool\x1fw0": 1,
+        "sku:rw\x1facquired": 1, "sku:rw\x1fw0": 1,
+    }  # fmt: skip
+    assert redis_client.hget("redislock:{sku:free}:stats", "acquired") == b"3"
 
 
 def test_a_hung_redis_holds_the_flush_up_for_the_write_timeout_only(
@@ -150,8 +169,8 @@ def test_a_hung_redis_holds_the_flush_up_for_the_write_timeout_only(
     monkeypatch.setattr("django_redislock.holds.counters.WRITE_TIMEOUT", 0.5)
     with FaultProxy(redis_url) as proxy:
         hung = redis.Redis.from_url(proxy.url)  # no socket timeout of its own
-        rec = hot.Recorder(lambda: (hung, "redislock"), background=False)
-        rec.lost(None, name="x")
+        rec = recorder(hung)
+        lost(rec, "x")
         proxy.blackhole()
         started = time.monotonic()
         rec.flush()
@@ -186,7 +205,7 @@ def test_a_flush_returns_after_the_write_already_in_flight(
         return execute(self, *args, **kwargs)
 
     monkeypatch.setattr(Pipeline, "execute", slow)
-    rec.lost(None, name="in-flight")
+    lost(rec, "in-flight")
     writer = threading.Thread(target=rec.flush)  # as the writing thread's
     writer.start()
     assert entered.wait(5)
@@ -201,9 +220,9 @@ def test_waits_that_timed_out_are_in_the_percentiles(redis_client: redis.Redis) 
     not the wait of the one acquire that got it at once."""
     clock = Clock(60 * 2000.0)
     rec = recorder(redis_client, clock)
-    rec.acquired(None, name="stuck", waited=0.0)
+    acquired(rec, "stuck")
     for _ in range(19):
-        rec.contended(None, name="stuck", waited=5.0)
+        rec.contended("stuck", 5.0)
     rec.flush()
     history = hot.read(redis_client, "redislock", clock.now, minutes=60)
     (stuck,) = hot.hot_names(history, window=5, order="timeouts")
@@ -214,9 +233,10 @@ def test_ranking_over_a_window_with_hourly_series(redis_client: redis.Redis) -> 
     clock = Clock(60 * 1000.0)
     rec = recorder(redis_client, clock)
     for _ in range(5):  # ten minutes ago: "old" was hot
-        rec.contended(None, name="old", waited=1.0)
+        rec.contended("old", 1.0)
+    rec.flush()  # the minute is the write's
     clock.now += 600
-    rec.acquired(None, name="new", waited=0.01)
+    acquired(rec, "new", 0.01)
     rec.flush()
     history = hot.read(redis_client, "redislock", clock.now, minutes=60)
     assert len(history) == 60
@@ -230,104 +250,45 @@ def test_ranking_over_a_window_with_hourly_series(redis_client: redis.Redis) -> 
     assert new.p95_ms[:-1] == [None] * 59
 
 
-def test_an_acquire_that_did_not_wait_reaches_the_history_through_the_counters(
-    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An uncontended Lock acquire is counted once, with the counters
-    (``counters.acquired_at_once``): the history's own tap (``counted=True``)
-    does not run for it, other taps do, and the history gets it at the
-    counters' hand-over, in that minute."""
-    clock = Clock(6000.0)  # minute 100
-    rec = recorder(redis_client, clock)
-    tally = counters.Tally(background=False)
-    tally.on_unwaited = rec.add_unwaited
-    monkeypatch.setattr("django_redislock.holds.counters.acquired_at_once", tally.acquired_at_once)
-    tapped: list[str] = []
-    counted: list[str] = []
-    signals.tap(signals.lock_acquired, lambda **kw: tapped.append(kw["name"]))
-    signals.tap(signals.lock_acquired, lambda **kw: counted.append(kw["name"]), counted=True)
-    try:
-        for _ in range(3):
-            with Lock("sku:free"):
-                pass
-    finally:
-        for receiver in signals.tapped(signals.lock_acquired)[-2:]:
-            signals.untap(signals.lock_acquired, receiver)
-    assert tapped == ["sku:free"] * 3
-    assert counted == []
-    assert not rec._tally  # nothing until the hand-over
-    tally.flush()  # the counters' flush hands the history its count
-    rec.flush()
-    fields = {
-        k.decode(): int(v)
-        for k, v in redis_client.hgetall(hot.minute_key("redislock", 100)).items()
-    }
-    assert fields == {"sku:free\x1facquired": 3, "sku:free\x1fw0": 3}
-
-
 def test_a_failing_history_never_stops_the_counters(
     redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
-    tally = counters.Tally(background=False)
-
-    def broken(counts: dict[str, int]) -> None:
+    def broken() -> tuple[Any, str]:
         raise RuntimeError("history down")
 
-    tally.on_unwaited = broken
-    client = redis_client
-    tally.acquired_at_once(client, b"redislock:{sku:x}:stats", 60_000, "sku:x")
+    tally = counters.Tally(background=False, history=broken)
+    tally.acquired(redis_client, b"redislock:{sku:x}:stats", 60_000, "sku:x")
     tally.flush()
     assert redis_client.hget("redislock:{sku:x}:stats", "acquired") == b"1"
-    assert "Could not hand the lock history its counts" in caplog.text
+    assert "Could not write the per-minute lock history" in caplog.text
 
 
-def test_a_flush_writes_what_the_counters_hold_without_starting_a_thread(
+def test_the_last_write_at_exit_carries_the_history(
     redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A flush (at exit too, when Python 3.12 refuses new threads) takes the
-    counters' unwaited acquires and writes them itself: it starts no thread
-    for them."""
-    refused = refuse_threads(monkeypatch, background)
-    clock = Clock(6000.0)
-    rec = hot.Recorder(lambda: (redis_client, "redislock"), clock)
-    tally = counters.Tally(background=False)
-    tally.on_unwaited = rec.add_unwaited
-    monkeypatch.setattr("django_redislock.holds.counters.TALLY", tally)
-    tally.acquired_at_once(redis_client, b"redislock:{sku:exit}:stats", 60_000, "sku:exit")
-    rec.flush()
+    """At exit (``close``) the one writing thread makes the last write of both
+    the counters and the minute's history; no thread is started for it (Python
+    3.12 refuses new threads there)."""
+    rec = recorder(redis_client, Clock(6000.0), background=True)
+    rec.acquired(redis_client, b"redislock:{sku:exit}:stats", 60_000, "sku:exit")
+    assert rec._thread is not None  # started by the first count
+    refused = refuse_threads(monkeypatch, counters)
+    rec.close()
     assert refused == []
     written = redis_client.hgetall(hot.minute_key("redislock", 100))
     assert written == {b"sku:exit\x1facquired": b"1", b"sku:exit\x1fw0": b"1"}
+    assert redis_client.hget("redislock:{sku:exit}:stats", "acquired") == b"1"
+    drain(rec)
 
 
-def test_a_stopped_recorder_starts_no_thread_for_a_late_hand_over(
-    redis_client: redis.Redis,
-) -> None:
-    """``install`` points the counters at the new recorder before it stops the
-    old one; a hand-over already on its way to the old one must not start a
-    thread there again (it would never end, and keep the old recorder)."""
-    rec = hot.Recorder(lambda: (redis_client, "redislock"))
-    rec.stop()
-    rec.add_unwaited({"late": 1})
-    assert rec._thread is None
-    rec.flush()
-    assert redis_client.hget(
-        hot.minute_key("redislock", int(time.time() // 60)), "late\x1facquired"
-    )
-
-
-def test_the_first_unwaited_acquire_starts_the_history_thread(redis_client: redis.Redis) -> None:
-    """Its counts wait in the counters, but the history's writing thread
-    starts with the first of them, as it did with its own tally: at exit
-    (Python 3.12 starts no thread there) only a running thread makes the
-    last write of a pool with no plain sibling."""
-    rec = hot.Recorder(lambda: (redis_client, "redislock"))
-    tally = counters.Tally(background=False)
-    tally.on_unwaited, tally.on_first_unwaited = rec.add_unwaited, rec.wake
-    assert rec._thread is None
-    tally.acquired_at_once(redis_client, b"redislock:{sku:w}:stats", 60_000, "sku:w")
-    try:
-        assert rec._thread is not None
-    finally:
-        tally.take_unwaited()
-        drain(rec)
+def test_one_thread_writes_the_counters_and_the_history(redis_client: redis.Redis) -> None:
+    """The name's counters and its minute go out in one pipeline, from one thread."""
+    rec = recorder(redis_client, background=True)
+    rec.acquired(redis_client, b"redislock:{sku:one}:stats", 60_000, "sku:one", 0.2)
+    rec.contended("sku:one", 1.0)
+    lost(rec, "sku:other")
+    writers = [t for t in threading.enumerate() if t.name == counters.Tally.thread_name]
+    assert rec._thread in writers
+    wait_until_written(redis_client, "sku:one\x1ftimeouts")
+    assert redis_client.hget("redislock:{sku:one}:stats", "wait_ms") == b"200"
+    drain(rec)

@@ -49,7 +49,7 @@ def path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
     """Run on the asyncio mirror pool and on the worker-thread fallback (``aio=None``),
     which is what Sentinel and Cluster topologies use."""
     if request.param == "thread":
-        monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda client: None)
+        monkeypatch.setattr("django_redislock.backend.aio.mirror", lambda client: None)
     return str(request.param)
 
 
@@ -308,26 +308,22 @@ def test_another_async_lock_in_the_holding_task_reenters(path: str) -> None:
 def test_a_cancellation_lost_in_a_wait_is_honoured(
     make: Callable[..., Any], queue: str, redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Before Python 3.12 ``asyncio.wait_for`` (under which redis.asyncio writes
-    each command) can return normally when its task is cancelled; a waiter
+    """Before Python 3.12 ``asyncio.wait_for`` can return normally when its
+    task is cancelled (redis.asyncio writes each command under it, and a wait
+    is a ``wait_for`` on the shared wake-up connection's future); a waiter
     must still stop waiting, leave the queue and raise ``CancelledError``."""
-    real_call = AsyncConnection.call
     waiting = asyncio.Event()
 
-    async def call_losing_cancellation(
-        self: AsyncConnection, command: str, *a: Any, **k: Any
-    ) -> Any:
-        if command != "blpop":
-            return await real_call(self, command, *a, **k)
+    async def wait_losing_cancellation(self: Any, timeout: float) -> None:
         waiting.set()
         try:
             await asyncio.sleep(30)
         except asyncio.CancelledError:
-            return None  # what wait_for does when the write has just completed
-        return None
+            return  # what wait_for does when the result has just come
+        return
 
     monkeypatch.setattr(
-        "django_redislock.primitives.async_lock.AsyncConnection.call", call_losing_cancellation
+        "django_redislock.engine.wakeups.AsyncWaiter.wait", wait_losing_cancellation
     )
 
     async def main() -> None:
@@ -495,7 +491,7 @@ def test_a_cancelled_acquire_on_a_worker_thread_is_undone_after_it_reaches_redis
     from django_redislock.backend.scripts import LOCK_TAKE, SEMAPHORE_ACQUIRE, Command, Script
     from django_redislock.engine import janitor as janitor_module
 
-    monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda client: None)
+    monkeypatch.setattr("django_redislock.backend.aio.mirror", lambda client: None)
     reals = {Script: Script.__call__, Command: Command.__call__}
     entered, go, sent = threading.Event(), threading.Event(), threading.Event()
 
@@ -595,7 +591,7 @@ from django_redislock import AsyncLock
 from django_redislock.backend import aio as async_clients
 from django_redislock.backend.scripts import LOCK_TAKE, Command
 
-async_clients.get_async_client = lambda client: None
+async_clients.mirror = lambda client: None
 real, ran, go = Command.__call__, threading.Event(), threading.Event()
 
 def reply_late(script, client, keys, args):

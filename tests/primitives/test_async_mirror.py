@@ -100,26 +100,28 @@ def test_waiters_on_the_thread_fallback_leave_the_default_executor_free(
 def test_a_release_on_the_thread_fallback_does_not_wait_for_the_waiters_threads(
     redis_url: str, redis_client: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Without an asyncio mirror and with a socket timeout longer than the
-    budget, a waiter's ``BLPOP`` is bounded on a worker thread. It ran on the
-    threads of the acquires and releases (``bounds.workers``, 16 per server):
-    with 16 waiters in their waits, a release, and every attempt, queued until
-    a wait ended, up to a wait chunk later (2 s each handoff by default; the
-    waiters of a busy name then gave up on a healthy Redis)."""
+    """Without an asyncio mirror, commands run on worker threads
+    (``bounds.workers``, 16 per server), and waits on the process's shared
+    wake-up connection, on no worker at all. A waiter's ``BLPOP`` once ran on
+    those threads: with 16 waiters in their waits, a release, and every
+    attempt, queued until a wait ended, up to a wait chunk later (2 s each
+    handoff by default; the waiters of a busy name then gave up on a healthy
+    Redis)."""
     import redis
     from django.test import override_settings
 
     from django_redislock.backend import client as backend
     from django_redislock.engine import bounds
+    from django_redislock.engine.wakeups import wakeups
     from tests.settings import redis_cache
 
-    monkeypatch.setattr("django_redislock.backend.aio.get_async_client", lambda client: None)
+    monkeypatch.setattr("django_redislock.backend.aio.mirror", lambda client: None)
     monkeypatch.setattr(
         "django_redislock.backend.client.MAX_WAIT_CHUNK", 10.0
     )  # long waits: a late release shows
     # a URL of its own: django-redis keeps one pool per URL, whatever its options
     caches = {"default": redis_cache(f"{redis_url}?client_name=waits", SOCKET_TIMEOUT=None)}
-    waiters = bounds.MAX_WORKERS
+    waiters = 2 * bounds.MAX_WORKERS
     queue = "redislock:{crowd}:queue"
 
     async def main() -> tuple[float, float]:
@@ -132,9 +134,14 @@ def test_a_release_on_the_thread_fallback_does_not_wait_for_the_waiters_threads(
 
         tasks = [asyncio.create_task(wait_in_line()) for _ in range(waiters)]
         deadline = time.monotonic() + 20
-        while redis_client.zcard(queue) < waiters or blocked(redis_client) < waiters:
-            assert time.monotonic() < deadline, "the waiters never all waited"
+        while redis_client.zcard(queue) < waiters or wakeups.waiters() < waiters:
+            assert time.monotonic() < deadline, (
+                "the waiters never all waited",
+                redis_client.zcard(queue),
+                wakeups.waiters(),
+            )
             await asyncio.sleep(0.01)
+        assert blocked(redis_client) == 1  # the shared wake-up connection
         other = AsyncLock("other", blocking_timeout=3)  # uncontended, on the same server
         assert await other.acquire(), "an uncontended acquire waited for the waiters' threads"
         await other.release()
@@ -152,5 +159,6 @@ def test_a_release_on_the_thread_fallback_does_not_wait_for_the_waiters_threads(
     assert redis_client.zcard(queue) == 0
 
 
-def blocked(client: Any) -> int:
-    return int(client.info("clients")["blocked_clients"])
+def blocked(client: Any, name: str = "waits") -> int:
+    """Clients of this test's pool (``client_name``) blocked in a command now."""
+    return sum(c["name"] == name and "b" in c["flags"] for c in client.client_list())

@@ -16,7 +16,7 @@ import redis
 from django_redislock import AsyncLock, Lock
 from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_CANCEL
 from django_redislock.backend.values import parse_lock_value
-from django_redislock.engine.steps import handoff_fresh
+from django_redislock.engine.steps import REFUSED, acquire_reply, handoff_fresh
 from django_redislock.holds import counters
 from tests.engine.test_waits import wait_for_queue
 
@@ -281,7 +281,8 @@ def test_a_handoff_whose_first_lease_ran_out_is_not_taken_later(
     assert newcomer.acquire()  # the first lease ran out: the lock is free for anyone
     keys = LOCK_ACQUIRE.keys_of({p: key("stale", p) for p in Lock.parts})
     args = acquire_args(token)
-    assert LOCK_ACQUIRE(redis_client, keys, args) < 0  # the waiter re-checks: refused, queued
+    reply = LOCK_ACQUIRE(redis_client, keys, args)  # the waiter re-checks: refused, queued
+    assert acquire_reply(reply)[0] == REFUSED
     assert redis_client.llen(signal) == 0  # and the stale handoff is gone
     newcomer.release()  # hands the lock to the re-queued waiter, with a fresh first lease
     assert owner(redis_client, "stale") == token

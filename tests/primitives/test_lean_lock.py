@@ -17,6 +17,7 @@ from django_redislock import Lock, LockLostError
 from django_redislock import signals as lock_signals
 from django_redislock.backend.scripts import LOCK_ACQUIRE
 from django_redislock.backend.values import parse_lock_value
+from django_redislock.engine.steps import REFUSED, acquire_reply
 from django_redislock.primitives import lock_common
 from tests.primitives.test_handoff import key, owner, queue_fake_waiter
 from tests.support.other_holders import OtherThread
@@ -155,14 +156,13 @@ def test_no_newcomer_goes_first_while_holders_release_normally(
 
 def recheck(client: redis.Redis, name: str, token: str) -> int:
     """What a queued waiter of ``token`` sends when its wait ends: the acquire
-    script, ``wait`` mode (``Lock``'s re-check)."""
+    script, ``wait`` mode (``Lock``'s re-check); its status."""
     keys = LOCK_ACQUIRE.keys_of({"lock": key(name, "lock")})
     args = LOCK_ACQUIRE.args_of(
         token=token, lease_ms=30_000, mode="wait", fenced=0, holder="ghost:1:MainThread",
         since_ms=0, waiter_ttl_ms=60_000, stats_ttl_ms=0, waited_ms=1,
     )  # fmt: skip
-    reply: int = LOCK_ACQUIRE(client, keys, args)
-    return reply
+    return acquire_reply(LOCK_ACQUIRE(client, keys, args))[0]
 
 
 def test_a_newcomer_may_go_first_only_after_a_lease_ran_out_then_the_queue_is_served(
@@ -183,7 +183,7 @@ def test_a_newcomer_may_go_first_only_after_a_lease_ran_out_then_the_queue_is_se
         time.sleep(0.02)
     newcomer = Lock("lean-lapse")
     assert other_thread(lambda: newcomer.acquire(blocking=False))  # the relaxation: it went first
-    assert recheck(redis_client, "lean-lapse", waiter) < -1  # refused: held, queued again
+    assert recheck(redis_client, "lean-lapse", waiter) == REFUSED  # held, queued again
     assert state_of(redis_client, "lean-lapse").waiters  # and the newcomer's value says so
     assert redis_client.zrange(key("lean-lapse", "queue"), 0, 0) == [waiter.encode()]
     other_thread(newcomer.release)

@@ -135,7 +135,7 @@ def test_a_part_whose_lease_ran_out_while_the_rest_was_awaited_is_never_handed_o
     assert other_thread(other.acquire)  # never released: its lease frees "b"
     multi = MultiLock(["a", "b"], timeout=0.3, auto_renew=False, blocking_timeout=10)
     assert multi.acquire()
-    assert all(part._taken().lease_deadline > time.monotonic() for part in multi.locks)
+    assert all(part._handles.taken(part).lease_deadline > time.monotonic() for part in multi.locks)
     assert refused_elsewhere("a", other=other_thread)
     assert refused_elsewhere("b", other=other_thread)
     multi.release()  # nothing lost: no LockLostError
@@ -150,7 +150,7 @@ def _lapse_a_while_b_is_awaited(
     take = second._acquire
 
     def lapse_then_take(*args: object) -> object:
-        first._taken().lease_deadline = time.monotonic() - 0.001
+        first._handles.taken(first).lease_deadline = time.monotonic() - 0.001
         if gone:
             Lock("a")._resolve().client.delete("redislock:{a}:lock")
         return take(*args)
@@ -162,7 +162,7 @@ def test_a_lapsed_part_still_held_is_renewed(monkeypatch: pytest.MonkeyPatch) ->
     multi = MultiLock(["a", "b"], timeout=30, auto_renew=False)
     _lapse_a_while_b_is_awaited(multi, monkeypatch, gone=False)
     assert multi.acquire()
-    first = multi.locks[0]._taken()
+    first = multi.locks[0]._handles.taken(multi.locks[0])
     assert first.depth == 1 and first.lease_deadline > time.monotonic() + 20
     assert refused_elsewhere("a")
     multi.release()

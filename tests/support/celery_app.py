@@ -76,3 +76,24 @@ def report_later(self: object, day: str) -> str:
         countdown = math.ceil(exc.retry_after or 1)
         _report().rpush("celery:done", f"retry {day} in {countdown}")
         raise self.retry(countdown=countdown, exc=exc) from exc  # type: ignore[attr-defined]
+
+
+# A hold handed from a view to a task (docs/long-holds.md): the task adopts
+# the ticket, shortens the lease so that only its own watchdog keeps it past
+# a few leases, reports what it saw, and releases at the block's end.
+@app.task
+def export_handed_over(ticket: str) -> None:
+    import json
+
+    from django_redislock import Lock, LockLostError
+
+    client = _report()
+    try:
+        with Lock.adopt(ticket) as lock:
+            lock.extend(0.5)
+            time.sleep(2.0)  # the work: four leases, renewed by this worker
+            report = {"pid": os.getpid(), "fence": lock.fencing_token, "owned": lock.owned()}
+    except LockLostError as exc:
+        report = {"lost": str(exc)}
+    report["released"] = not client.exists("redislock:{export:handed}:lock")
+    client.rpush("celery:handed", json.dumps(report))

@@ -16,12 +16,14 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -90,8 +92,14 @@ def forget_pools(port: int) -> None:
     this one, with the earlier test's pool class and timeouts."""
     from django_redis.pool import ConnectionFactory
 
-    for url in [u for u in list(ConnectionFactory._pools) if f":{port}/" in u]:
-        ConnectionFactory._pools.pop(url).disconnect()
+    factories: list[Any] = [ConnectionFactory]
+    if "django_valkey" in sys.modules:  # django-valkey's, shared by all its factories
+        from django_valkey.base_pool import BaseConnectionFactory
+
+        factories.append(BaseConnectionFactory)
+    for factory in factories:
+        for url in [u for u in list(factory._pools) if f":{port}/" in u]:
+            factory._pools.pop(url).disconnect()
 
 
 def server_name(client: redis.Redis) -> str:

@@ -72,6 +72,17 @@ def lost_view(request: HttpRequest) -> HttpResponse:
     return HttpResponse("<html><body>lost</body></html>")
 
 
+def capped_view(request: HttpRequest) -> HttpResponse:
+    """A hold the watchdog stopped renewing at its ``max_hold``."""
+    told = threading.Event()
+    with (
+        contextlib.suppress(LockLostError),
+        Lock("gone:capped", timeout=0.6, max_hold=0.5, on_lost=lambda hold: told.set()),
+    ):
+        assert told.wait(10)
+    return HttpResponse("<html><body>capped</body></html>")
+
+
 async def async_view(request: HttpRequest) -> HttpResponse:
     """An async view whose tasks each take a permit, under an ``AsyncLock``."""
 
@@ -96,6 +107,7 @@ def _urls() -> list[URLPattern | URLResolver]:
         path("locks/", locks_view),
         path("idle/", idle_view),
         path("lost/", lost_view),
+        path("capped/", capped_view),
         path("async/", async_view),
         *debug_toolbar_urls(),
     ]

@@ -1,4 +1,4 @@
-"""Background writers (``counters.TALLY``, the hot-names recorder) in tests."""
+"""The background writer (``counters.TALLY``) in tests."""
 
 from __future__ import annotations
 

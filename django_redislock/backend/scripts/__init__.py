@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from redis.exceptions import NoScriptError
+from django_redislock.backend import family
 
 #: Where a script wants the preludes, when not at its top.
 PRELUDE_MARK = "-- @preludes\n"
@@ -78,6 +78,11 @@ class Script:
     or ``SCRIPT FLUSH``.
     """
 
+    #: The most round trips one run takes (``EVALSHA``; after ``NOSCRIPT``,
+    #: ``SCRIPT LOAD`` and ``EVALSHA`` again): what bounds it on a hung Redis
+    #: is that many socket timeouts (``engine/bounds.Limits.fits``).
+    round_trips = 3
+
     def __init__(
         self,
         filename: str,
@@ -97,7 +102,9 @@ class Script:
                 body = shared + "\n" + body
         self.name = filename
         self.text = body
-        self.sha = hashlib.sha1(body.encode("utf-8")).hexdigest()
+        # The SHA1 is the script's name on the server (EVALSHA), not a
+        # security measure: a FIPS-mode hashlib refuses SHA1 unless told so.
+        self.sha = hashlib.sha1(body.encode("utf-8"), usedforsecurity=False).hexdigest()
         #: The call spec: KEYS and ARGV names in order; ``optional`` ones may be
         #: left out, and then so must every later one.
         self.key_names = tuple(keys)
@@ -132,10 +139,11 @@ class Script:
     def __call__(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         """Run it through redis-py's public path (``Redis.evalsha``, so
         ``execute_command``: its retries, instrumentation and a client
-        subclass's overrides all apply); a ``NOSCRIPT`` reply loads it first."""
+        subclass's overrides all apply); a ``NOSCRIPT`` reply loads it first
+        (the client family's ``NoScriptError``: valkey-py raises its own)."""
         try:
             return client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
+        except family.no_script_errors():
             client.script_load(self.text)
             return client.evalsha(self.sha, len(keys), *keys, *args)
 
@@ -152,7 +160,7 @@ class Script:
     async def run_async(self, client: Any, keys: Sequence[str | bytes], args: Sequence[Any]) -> Any:
         try:
             return await client.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
+        except family.no_script_errors():
             await client.script_load(self.text)
             return await client.evalsha(self.sha, len(keys), *keys, *args)
 
@@ -169,6 +177,8 @@ class Command(Script):
     ``SET k v NX PX ms``, is
     ``Command("SET", keys=("lock",), args=("value", "ms"), flags=("NX", "PX"))``.
     """
+
+    round_trips = 1
 
     # no Lua to read: nothing of Script.__init__ applies
     def __init__(
@@ -239,6 +249,14 @@ LOCK_FENCE = Script("lock_fence.lua", keys=("lock", "fence"), args=("token",), o
 #: A Lock's uncontended acquire: no script, one plain ``SET NX PX``.
 LOCK_TAKE = Command("SET", keys=("lock",), args=("value", "lease_ms"), flags=("NX", "PX"))
 LOCK_EXTEND = Script("lock_extend.lua", keys=("lock",), args=("token", "lease_ms"))
+#: A hold handed off (``Lock.detach``) and taken over (``Lock.adopt``): the
+#: value goes on under the ticket's token, then under the adopter's.
+LOCK_DETACH = Script(
+    "lock_detach.lua", keys=("lock",), args=("token", "ticket", "lease_ms", "holder")
+)
+LOCK_ADOPT = Script(
+    "lock_adopt.lua", keys=("lock",), args=("ticket", "token", "lease_ms", "holder")
+)
 #: The watchdog's batch of ``LOCK_EXTEND``s: KEYS one lock each, ARGV the
 #: lease then a token per key (``holds/renewals.py``).
 LOCK_RENEW = Script("lock_renew.lua", keys=("lock",), args=("lease_ms", "token"))
@@ -279,3 +297,39 @@ CLEAR_LOCK = Script(
     per_name=True,
 )
 INSPECT_LOCKS = Script("inspect_locks.lua", prelude=False, keys=("lock",), per_name=True)
+#: A new waiter's nudge to its process's shared wake-up connection (``engine/wakeups.py``).
+WAKE = Script("wake.lua", prelude=False, keys=("control",), args=("ttl_ms",))
+
+#: ``@idempotent``'s stored response, written or dropped by its own attempt
+#: (``once/store.py``); the enqueue-once claims of ``once/claims.py``.
+IDEMPOTENCY_SETTLE = Script(
+    "idempotency_settle.lua",
+    prelude=False,
+    keys=("record",),
+    args=("owner", "ttl_ms", "fields"),
+    optional=("fields",),
+)
+ONCE_CLAIM = Script(
+    "once_claim.lua",
+    prelude=False,
+    keys=("claim",),
+    args=("token", "id", "task", "since_ms", "ttl_ms"),
+)
+ONCE_BIND = Script("once_bind.lua", prelude=False, keys=("claim",), args=("token", "id"))
+ONCE_START = Script(
+    "once_start.lua",
+    prelude=False,
+    keys=("claim",),
+    args=("run", "id", "task", "since_ms", "lease_ms"),
+)
+ONCE_RENEW = Script("once_renew.lua", prelude=False, keys=("claim",), args=("run", "lease_ms"))
+ONCE_RELEASE = Script("once_release.lua", prelude=False, keys=("claim",), args=("field", "value"))
+#: A running Celery task's own retry keeps its claim (``once/celery.py``).
+ONCE_REQUEUE = Script(
+    "once_requeue.lua",
+    prelude=False,
+    keys=("claim",),
+    args=("run", "token", "since_ms", "ttl_ms"),
+)
+#: An operator's clear of a record or a claim (``ops/once.py``).
+ONCE_CLEAR = Script("once_clear.lua", prelude=False, keys=("record",), args=("field", "confirmed"))

@@ -51,3 +51,8 @@ local function extend_lock(key, token, lease_ms)
     'PX', lease_ms)
   return 1
 end
+
+-- Ends the holder of a detached hold (lock_detach.lua), then the server's
+-- clock (ms) at the detach: the hold waits for its adopter (lock_adopt.lua),
+-- which writes its own holder. A control character, as HANDED_MARK.
+local DETACHED_MARK = '\30detached@'

@@ -32,7 +32,10 @@
 -- keys per call; Redlock sends its four (and no stats).
 -- Returns one integer: the fencing token (> 0) when held with one; -1 when
 -- held without one yet; 0 when a reentrant acquire finds the lock no longer
--- ours; -2 - retry_hint_ms when refused.
+-- ours; -2 - retry_hint_ms when refused. A refusal by a held lock is
+-- {-2 - retry_hint_ms, value}: the holder's value (read anyway, to see whether
+-- it is the caller's), so a caller that gives up can say who held it
+-- (LockTimeout.holder) without another round trip.
 local lock, fence_key, queue = KEYS[1], KEYS[2], KEYS[3]
 if not fence_key then  -- lock_keys, inlined (the preludes come later): only the two needed here
   local base = string.sub(lock, 1, -5)
@@ -62,8 +65,23 @@ end
 local sigprefix = signal_prefix(lock)
 local waited_ms = ARGV[9] or '-1'
 
-local function refused(hint)
+-- The retry hint of a held lock: its lease's ms left, at least 1. PTTL says 0
+-- in the lease's last millisecond, and a hint of 0 reads as none (the waiter
+-- would re-check only after a whole wait chunk); -1 (a key without a TTL,
+-- not ours) stays no hint.
+local function lease_left()
+  local left = redis.call('PTTL', lock)
+  if left == 0 then
+    return 1
+  end
+  return left
+end
+
+local function refused(hint, value)
   count_contention(stats, ARGV[8], waited_ms)
+  if value then
+    return {-2 - math.max(hint, 0), value}
+  end
   return -2 - math.max(hint, 0)
 end
 
@@ -97,7 +115,7 @@ end
 local function handed_over()
   local value = redis.call('GET', lock)
   if not (value and string.sub(value, 1, #token + 1) == token .. ':') then
-    return nil
+    return nil, value
   end
   local _, waiters, count, fence, _, since, holder = parse_lock(value)
   if fenced and tonumber(fence) == 0 then
@@ -136,31 +154,32 @@ end
 -- Nobody is queued: the caller's SET NX found the lock taken (or, fenced,
 -- the fast path above did), unless it was freed since.
 if queue_empty then
-  local mine = handed_over()
+  local mine, value = handed_over()
   if mine then
     return mine
   end
   if redis.call('EXISTS', lock) == 0 then
     return grant(0)
   end
-  local hint = redis.call('PTTL', lock)
+  local hint = lease_left()
   if mode == 'wait' then
     wait_in_line(server_time())
     mark_waiters(lock)
   end
-  return refused(hint)
+  return refused(hint, value)
 end
 
 -- Someone is queued: the first live waiter is entitled to a free lock.
 local now_ms, now_us = server_time()
-local hint
+local hint, value
 local is_held = redis.call('EXISTS', lock) == 1
 if is_held then
-  local mine = handed_over()
+  local mine
+  mine, value = handed_over()
   if mine then
     return mine
   end
-  hint = redis.call('PTTL', lock)
+  hint = lease_left()
 else
   local head, deadline = queue_head(queue, deadlines, now_ms)
   if (not head) or head == token then
@@ -178,4 +197,4 @@ if mode == 'wait' then
     mark_waiters(lock)
   end
 end
-return refused(hint)
+return refused(hint, value)

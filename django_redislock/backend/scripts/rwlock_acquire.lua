@@ -12,7 +12,9 @@
 -- Returns the bare fence (0 when not fenced) when granted on the fast path,
 -- {1, fence} when granted otherwise (the holder's member is
 -- "<token>:<fence>:<tail>", fence 0 when none was taken); {0, retry_hint_ms}
--- when refused.
+-- when refused, {0, retry_hint_ms, member} when refused while held: member is
+-- the holder whose lease ends first (the hint's), read anyway for the hint,
+-- so a caller that gives up can say who holds it (LockTimeout.holder).
 -- An attempt for a token that holds it already is answered with that hold
 -- (sending it again after a lost reply is safe).
 --
@@ -91,11 +93,15 @@ if compatible then
   return {1, fence}
 end
 
-local hint = math.abs(wait_ms)
+local hint, first = math.abs(wait_ms), nil
 if count > 0 then
-  hint = tonumber(redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]) - now_ms
+  first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  hint = tonumber(first[2]) - now_ms
 end
 if wait_ms > 0 then
   enqueue(queue, deadlines, token, now_ms, now_us, wait_ms, ':0:' .. tail_holder(tail))
+end
+if first then
+  return {0, hint, first[1]}
 end
 return {0, hint}

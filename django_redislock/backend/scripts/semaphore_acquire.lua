@@ -16,7 +16,10 @@
 -- An attempt for a token that holds a permit already is answered with that
 -- permit (sending it again after a lost reply is safe).
 -- Returns the bare fence (0 when not fenced) when granted on the fast path,
--- {1, fence} when granted otherwise; {0, retry_hint_ms} when refused;
+-- {1, fence} when granted otherwise; {0, retry_hint_ms} when refused, and
+-- {0, retry_hint_ms, member} when refused because every permit is taken:
+-- member is the holder whose lease ends first (the hint's), read anyway for
+-- the hint, so a caller that gives up can say who holds it (LockTimeout.holder);
 -- {-2, limit_in_use} when the name is held under another limit.
 --
 -- The common case, no holder and nobody waiting, comes first and is written
@@ -51,7 +54,7 @@ if count > 0 then
 end
 
 local free = limit - count
-local hint
+local hint, first
 if free > 0 then
   -- The first `free` live waiters are entitled to the free permits; wake them.
   local entitled = true
@@ -78,9 +81,13 @@ if free > 0 then
     return {1, fence}
   end
 else
-  hint = tonumber(redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]) - now_ms
+  first = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+  hint = tonumber(first[2]) - now_ms
 end
 if wait_ms > 0 then
   enqueue(queue, deadlines, token, now_ms, now_us, wait_ms, ':0:' .. tail_holder(tail))
+end
+if first then
+  return {0, hint, first[1]}
 end
 return {0, hint}

@@ -22,6 +22,8 @@ from django_redislock.ops.common import (
     check_pattern,
     connect,
     describe_error,
+    edit_lease_data,
+    edit_lease_text,
     holder_data,
     info_data,
 )
@@ -35,6 +37,17 @@ def _seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}s"
 
 
+def _detached(since: float | None) -> str:
+    """`` detached (since ...)`` for a hold waiting for its adopter (``Lock.detach``)."""
+    if since is None:
+        return ""
+    try:
+        moment = datetime.datetime.fromtimestamp(since, tz=datetime.timezone.utc)
+    except (ValueError, OverflowError, OSError):  # a value by hand
+        return " detached"
+    return f" detached (since {moment:%Y-%m-%d %H:%M:%S} UTC)"
+
+
 def _extra(key: str, value: Any) -> str:
     if key == "since" and isinstance(value, int | float) and value > 0:
         try:
@@ -45,6 +58,12 @@ def _extra(key: str, value: Any) -> str:
     if key == "lease" and isinstance(value, int | float):
         return f"{value:g}s"
     return str(value)
+
+
+def _holder_text(name: str, holder: str) -> str:
+    """A holder as the table shows it: an admin edit lease by who edits what, since when."""
+    edit = edit_lease_data(name, holder)
+    return holder if edit is None else f"admin edit lease: {edit_lease_text(edit)}"
 
 
 def _global_options() -> CommandParser:
@@ -84,7 +103,7 @@ def display_width(text: str) -> int:
 
 class Command(BaseCommand):
     help = (
-        "List, inspect and clear held locks, semaphores and read-write locks. "
+        "List, inspect and clear held locks, leaderships, semaphores and read-write locks. "
         "Without a subcommand: list (so 'locks --json' is 'locks list --json')."
     )
     verbosity = 1
@@ -143,7 +162,8 @@ class Command(BaseCommand):
             action="append",
             metavar="KIND",
             default=default,
-            help="Only this kind (lock, semaphore, rwlock); repeat for several.",
+            help="Only this kind (lock, leadership, semaphore, rwlock, idempotency, once); "
+            "repeat for several.",
         )
 
     def say(self, message: str, style: Callable[[str], str] | None = None) -> None:
@@ -191,9 +211,10 @@ class Command(BaseCommand):
         rows = []
         for info in held:
             holders = ", ".join(
-                h.holder
+                _holder_text(info.name, h.holder)
                 + (f" ({h.mode})" if h.mode else "")
                 + (f" x{h.count}" if h.count > 1 else "")
+                + _detached(h.detached_since)
                 for h in info.holders
             )
             if info.limit is not None:
@@ -242,15 +263,20 @@ class Command(BaseCommand):
             self.say("  Not held.")
         for info in infos:
             limit = f", limit {info.limit}" if info.limit is not None else ""
-            self.say(
-                f"  {self.style.MIGRATE_LABEL(info.kind)}: {len(info.holders)} holder(s){limit}, "
-                f"{info.waiters} waiter(s)"
+            counts = (
+                f"led by {info.holders[0].holder}, {info.waiters} standby(s) waiting"
+                if info.kind == "leadership"
+                else f"{len(info.holders)} holder(s){limit}, {info.waiters} waiter(s)"
             )
+            self.say(f"  {self.style.MIGRATE_LABEL(info.kind)}: {counts}")
             for h in holder_data(info):
+                if h["edit_lease"] is not None:
+                    self.say(f"    admin edit lease: {edit_lease_text(h['edit_lease'])}")
                 mode = f" mode={h['mode']}" if h["mode"] else ""
                 self.say(
                     f"    {h['holder']}  token={h['token']}…  ttl={_seconds(h['ttl'])}  "
                     f"fencing_token={h['fencing_token']}  depth={h['count']}{mode}"
+                    + _detached(h["detached_since"])
                 )
             for key, value in sorted(info.extra.items()):
                 self.say(f"    {key}: {_extra(key, value)}")
@@ -261,7 +287,7 @@ class Command(BaseCommand):
                 "  counters: "
                 + ", ".join(f"{k}={counters.get(k, 0)}" for k in inspection.STAT_FIELDS)
             )
-        elif infos and all(info.kind != "lock" for info in infos):
+        elif infos and all(info.kind not in ("lock", "leadership") for info in infos):
             kinds = " and ".join(sorted({f"{info.kind}s" for info in infos}))
             self.say(f"  counters: none (kept for locks only, not for {kinds})")
         else:

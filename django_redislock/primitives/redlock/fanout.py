@@ -15,24 +15,25 @@ or before its reply deadline (a caller that returned with enough answers, see
 ``Servers.run``), is skipped, so a stalled server does not receive a backlog
 of stale attempts.
 
-Each server has a pool of its own: at most ``WORKERS_PER_SERVER`` daemon
-threads and its own queue, so calls stuck on a hung server hold only that
+Each server has a pool of its own (``engine/workers.ServerPools``, as the
+bounded commands have): at most ``WORKERS_PER_SERVER`` daemon threads and
+its own queue, so calls stuck on a hung server hold only that
 server's workers, and the calls to the others are still sent at once (with
 one shared pool a hung minority took every worker, and a healthy majority
 was never asked). When all of a server's workers are held by calls whose
 callers already stopped waiting, the server is taken as hung: its next calls
 fail at once (``redis.TimeoutError``, no answer) instead of queueing behind
-them, until a worker is free again. Workers exit after ``IDLE_EXIT`` seconds
-without work. Pools belong to one ``Servers`` (one Redlock resolution, see
-``redlock_servers``) and are rebuilt in a child after ``fork()``, where the
-parent's threads do not exist.
+them, until a worker is free again (each call carries its deadline to the
+pool, which refuses it: ``workers.Hung``). Workers exit after ``IDLE_EXIT``
+seconds without work. Pools belong to one ``Servers`` (one Redlock
+resolution, see ``redlock_servers``) and are rebuilt in a child after
+``fork()``, where the parent's threads do not exist.
 """
 
 from __future__ import annotations
 
 import contextvars
-import os
-import queue
+import math
 import threading
 import time
 from collections.abc import Generator, Sequence
@@ -40,9 +41,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import redis
 
-from django_redislock.backend.client import BACKEND_ERRORS
+from django_redislock.backend import client as backend
+from django_redislock.engine.bounds import own_socket_timeout
 from django_redislock.engine.steps import Pause, QuorumStep
-from django_redislock.engine.threads import Lifecycle
+from django_redislock.engine.workers import Hung, ServerPools
 
 if TYPE_CHECKING:
     from django_redislock.backend.scripts import Script
@@ -94,102 +96,26 @@ class _Batch:
         return not self.unsettled or self.answered
 
 
-#: A call: its batch, the server's index and client, the script, its KEYS and
-#: ARGV, the caller's context, and when its caller stops waiting for it (``None``: never).
-_Job = tuple[
-    _Batch, int, Any, "Script", Sequence[Any], Sequence[Any], contextvars.Context, float | None
-]
-
-
-class _Pool:
-    """One server's daemon worker threads and job queue; grown on demand, bounded.
-
-    ``waiting`` counts jobs queued and not yet taken, ``idle`` the workers
-    waiting for one, ``running`` the jobs being run, each with its caller's
-    deadline (all changed under ``_mutex`` only): a new worker starts when
-    more jobs wait than workers do, and an idle worker leaves only when no
-    queued job needs it.
-    """
-
-    def __init__(self, max_workers: int) -> None:
-        self.max_workers = max_workers
-        # one per server, made and dropped at run time: ``Servers`` replaces
-        # them all in a forked child (``_live_pools``)
-        self.life = Lifecycle("redislock-fanout", lambda: None, hook_fork=False)
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._mutex = threading.Lock()
-        self._waiting = 0
-        self._idle = 0
-        self._workers = 0
-        self._running: dict[int, float | None] = {}
-
-    def submit(self, job: _Job) -> bool:
-        """Queue ``job``; ``False`` (not queued) when the server is hung (``_hung``)."""
-        with self._mutex:
-            if self._hung(time.monotonic()):
-                return False
-            self._waiting += 1
-            if self._waiting > self._idle and self._workers < self.max_workers:
-                if self.life.start(self._work) is None:  # nothing was started
-                    if not self._workers:  # nobody would ever take the job
-                        self._waiting -= 1
-                        return False
-                else:
-                    self._workers += 1  # (under _mutex: the thread cannot count itself out first)
-        self._jobs.put(job)
-        return True
-
-    def _hung(self, now: float) -> bool:
-        """Every worker there can be is held by a call its caller gave up on:
-        a job queued now would wait for one of them to come back (up to the
-        socket timeout) and be too late anyway."""
-        running = self._running.values()
-        return len(self._running) >= self.max_workers and all(
-            deadline is not None and deadline <= now for deadline in running
-        )
-
-    def _next(self) -> _Job | None:
-        """The next job, or ``None`` when this worker should exit (idle)."""
-        while True:
-            with self._mutex:
-                self._idle += 1
-            try:
-                job = self._jobs.get(timeout=IDLE_EXIT)
-            except queue.Empty:
-                with self._mutex:
-                    self._idle -= 1
-                    if self._waiting <= self._idle:  # the queued jobs have takers
-                        self._workers -= 1
-                        return None
-                continue
-            with self._mutex:
-                self._idle -= 1
-                self._waiting -= 1
-                self._running[threading.get_ident()] = job[-1]
-            return job
-
-    def _work(self) -> None:
-        while (job := self._next()) is not None:
-            try:
-                self._do(job)
-            finally:
-                with self._mutex:
-                    del self._running[threading.get_ident()]
-            # This frame idles in _next for up to IDLE_EXIT: it must not keep the
-            # last job (or an error whose traceback reaches a holding) alive.
-            job = None
-
-    @staticmethod
-    def _do(job: _Job) -> None:
-        batch, index, client, script, keys, args, context, deadline = job
-        if batch.abandoned or (deadline is not None and time.monotonic() > deadline):
-            result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
-        else:
-            try:  # in the caller's context: a tracer's span of it has the caller's parent
-                result = context.run(script, client, keys, args)
-            except Exception as exc:  # handed to the caller, which decides
-                result = exc
-        batch.finish(index, result)
+def _call(
+    batch: _Batch,
+    index: int,
+    client: Any,
+    script: Script,
+    keys: Sequence[Any],
+    args: Sequence[Any],
+    context: contextvars.Context,
+    deadline: float | None,
+) -> None:
+    """One server's call, on its worker: skipped when its caller stopped
+    waiting before a worker took it (see the module docstring)."""
+    if batch.abandoned or (deadline is not None and time.monotonic() > deadline):
+        result: Any = redis.TimeoutError("the caller stopped waiting before it was sent")
+    else:
+        try:  # in the caller's context: a tracer's span of it has the caller's parent
+            result = context.run(script, client, keys, args)
+        except Exception as exc:  # handed to the caller, which decides
+            result = exc
+    batch.finish(index, result)
 
 
 class Servers:
@@ -197,20 +123,19 @@ class Servers:
 
     def __init__(self, clients: Sequence[Any]) -> None:
         self.clients = tuple(clients)
-        self._pools = self._new_pools()
-        self._limits = tuple(_socket_timeout(c) for c in self.clients)
+        # made per settings generation, so no fork hook (one is never
+        # unregistered): in a forked child it resets on its first use
+        self._pools = ServerPools(
+            WORKERS_PER_SERVER,
+            "redislock-fanout",
+            max(len(self.clients), 1),
+            idle_exit=IDLE_EXIT,
+            hook_fork=False,
+        )
+        self._limits = tuple(own_socket_timeout(c) for c in self.clients)
 
     def __len__(self) -> int:
         return len(self.clients)
-
-    def _new_pools(self) -> tuple[_Pool, ...]:
-        return tuple(_Pool(WORKERS_PER_SERVER) for _ in self.clients)
-
-    def _live_pools(self) -> tuple[_Pool, ...]:
-        pools = self._pools
-        if pools and pools[0].life.pid != os.getpid():  # forked: the parent's workers are not here
-            pools = self._pools = self._new_pools()
-        return pools
 
     def run(
         self,
@@ -239,15 +164,21 @@ class Servers:
         """
         indices = range(len(self.clients)) if only is None else tuple(only)
         batch = _Batch(len(self.clients), len(indices), enough)
-        pools = self._live_pools()
         sent = time.monotonic()
         deadlines = {i: _deadline(sent, timeout, self._limits[i]) for i in indices}
         for index in indices:
             # a copy each: one context cannot be entered by two threads at once
             context = contextvars.copy_context()
-            job = (batch, index, self.clients[index], script, keys, args, context, deadlines[index])
-            if not pools[index].submit(job):
+            client, deadline = self.clients[index], deadlines[index]
+            try:
+                self._pools.submit(
+                    _call, batch, index, client, script, keys, args, context, deadline,
+                    server=client, deadline=deadline,
+                )  # fmt: skip
+            except Hung:
                 batch.finish(index, redis.TimeoutError(HUNG))
+            except RuntimeError as exc:  # no worker could start
+                batch.finish(index, redis.TimeoutError(f"not sent: {exc}"))
         try:
             self._wait(batch, deadlines)
         finally:
@@ -257,7 +188,7 @@ class Servers:
                 batch.abandoned = not batch.answered
                 results = list(batch.results)  # late replies land in the batch only
         for result in results:
-            if isinstance(result, Exception) and not isinstance(result, BACKEND_ERRORS):
+            if isinstance(result, Exception) and not isinstance(result, backend.BACKEND_ERRORS):
                 raise result
         return results
 
@@ -287,17 +218,9 @@ HUNG = (
 )
 
 
-def _deadline(sent: float, timeout: float | None, socket_timeout: float | None) -> float | None:
-    limits = [t for t in (timeout, socket_timeout) if t]
+def _deadline(sent: float, timeout: float | None, socket_timeout: float) -> float | None:
+    limits = [t for t in (timeout, socket_timeout) if t and t != math.inf]
     return sent + min(limits) if limits else None
-
-
-def _socket_timeout(client: Any) -> float | None:
-    """The connections' socket timeout (public ``connection_kwargs``), if any."""
-    pool = getattr(client, "connection_pool", None)
-    kwargs = getattr(pool, "connection_kwargs", None) or {}
-    value = kwargs.get("socket_timeout")
-    return float(value) if value else None
 
 
 def run_on_all(

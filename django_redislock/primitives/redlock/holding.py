@@ -11,9 +11,9 @@ import time
 from collections.abc import Hashable
 from typing import Any
 
+import django_redislock.primitives.redlock.fanout as fanout
 from django_redislock.backend.scripts import LOCK_EXTEND, LOCK_RELEASE
 from django_redislock.holds.holding import Holding
-from django_redislock.primitives.redlock import fanout
 from django_redislock.primitives.redlock.fanout import Servers
 from django_redislock.primitives.redlock.quorum import drift, quorum, reply_timeout, too_few_error
 from django_redislock.primitives.redlock.servers import lock_call

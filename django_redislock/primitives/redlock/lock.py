@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 
+import django_redislock.primitives.redlock.fanout as fanout
 from django_redislock import signals
 from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
 from django_redislock.conf import LockSettings, get_settings
@@ -28,11 +31,13 @@ from django_redislock.engine.steps import HELD_RESULT, AcquireResult
 from django_redislock.exceptions import (
     LockBackendError,
 )
+from django_redislock.holds import counters, losses
 from django_redislock.holds.holding import holder_description, new_token
-from django_redislock.holds.registry import HoldKey, ThreadHandle
+from django_redislock.holds.losses import LossOptions
+from django_redislock.holds.registry import THREAD_HANDLES, HoldKey
 from django_redislock.holds.watchdog import watchdog
-from django_redislock.primitives.guarded import Guarded
-from django_redislock.primitives.redlock import fanout
+from django_redislock.primitives import guarded, told
+from django_redislock.primitives.guarded import Worded
 from django_redislock.primitives.redlock.fanout import Servers
 from django_redislock.primitives.redlock.holding import RedlockHolding
 from django_redislock.primitives.redlock.quorum import (
@@ -54,13 +59,15 @@ from django_redislock.primitives.redlock.servers import (
     servers_for,
     view,
 )
-from django_redislock.validation import Options, check_name, fixed, wait_budget
+from django_redislock.validation import check_name, checked_options, fixed, wait_budget
 
 #: How long a release waits for any one server's answer.
 RELEASE_TIMEOUT = 1.0
 
+_R = TypeVar("_R", bound="Redlock")
 
-class Redlock(ThreadHandle, Guarded, Options):
+
+class Redlock(Worded):
     """A lock on ``name`` held when a majority of independent Redis servers grant it.
 
     Use it when no single Redis (even with Sentinel) may decide alone: the
@@ -69,9 +76,11 @@ class Redlock(ThreadHandle, Guarded, Options):
     ``acquire``/``release``/``extend``/``locked``/``owned``/``ttl``, a context
     manager raising ``LockTimeout``, and a watchdog that extends the lease on
     every server and reports ``lock_lost`` / ``LockLostError`` once a majority
-    no longer holds it. Reentrant per thread, as ``Lock``: any ``Redlock`` for
-    the same name and servers (the same set of aliases) in the holding thread
-    re-enters the hold instead of waiting on itself (``holds/registry.py``).
+    no longer holds it; as every hold, ``lost``, ``check()``, ``on_lost`` and
+    ``max_hold`` tell the holder while it holds (``primitives/told.py``).
+    Reentrant per thread, as ``Lock``: any ``Redlock`` for the same name and
+    servers (the same set of aliases) in the holding thread re-enters the hold
+    instead of waiting on itself (``holds/registry.py``).
 
     The lease (``timeout``) is at least ``quorum.MIN_LEASE`` (10 ms): the
     drift allowance would leave a shorter one no validity to work with.
@@ -83,6 +92,11 @@ class Redlock(ThreadHandle, Guarded, Options):
     """
 
     kind = "redlock"
+    #: Who holds what this handle took: the thread (``holds/registry.py``).
+    _handles = THREAD_HANDLES
+    #: Its loss options (``primitives/told.py``), when given.
+    _loss: LossOptions | None = None
+    asyncio_holds = False
     # fixed when built, as Lock's: the keys and servers are worked out from them once
     name: str = fixed("name")
     using: tuple[str, ...] | None = fixed("using")
@@ -96,16 +110,60 @@ class Redlock(ThreadHandle, Guarded, Options):
         blocking_timeout: float | None = None,
         auto_renew: bool | None = None,
         using: Sequence[str] | None = None,
+        on_lost: Callable[[Redlock], object] | None = None,
+        max_hold: float | None = None,
     ) -> None:
         self._name = check_name(name)
         check_lease(timeout)
-        self._set_options(timeout, blocking, blocking_timeout, auto_renew)
+        self._timeout, self._blocking, self._blocking_timeout, self._auto_renew = checked_options(
+            timeout, blocking, blocking_timeout, auto_renew
+        )
         self._using = check_aliases(using)
+        if on_lost is not None or max_hold is not None:
+            self._loss = losses.loss_options(on_lost, max_hold, False, asyncio_holds=False)
+        #: what this handle entered in each thread (``THREAD_HANDLES``)
         self._local = threading.local()
         self._keys: tuple[str, list[str]] | None = None
 
     def __repr__(self) -> str:
         return f"<Redlock {self.name!r}>"
+
+    def __enter__(self: _R) -> _R:
+        return guarded.enter(self)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        guarded.leave(self, exc_type, exc)
+
+    # what the holder is told of a loss while it holds: primitives/told.py ------------
+
+    @property
+    def on_lost(self) -> Any:
+        """The ``on_lost`` option: called once with this handle when a hold's lease is lost."""
+        return self._loss.on_lost if self._loss is not None else None
+
+    @property
+    def max_hold(self) -> float | None:
+        """The ``max_hold`` option (``None``: ``REDISLOCK["MAX_HOLD"]`` applies)."""
+        return self._loss.max_hold if self._loss is not None else None
+
+    @property
+    def cancel_on_loss(self) -> bool:
+        """Always ``False``: a ``Redlock``'s holds are threads'."""
+        return False
+
+    @property
+    def lost(self) -> bool:
+        """Whether this thread's hold is known lost (no round trip; see ``told.lost``)."""
+        return told.lost(self)
+
+    def check(self) -> None:
+        """Raise ``LockLostError`` if ``lost``; otherwise do nothing (no round trip)."""
+        told.check(self)
 
     # configuration ----------------------------------------------------------------
 
@@ -157,9 +215,11 @@ class Redlock(ThreadHandle, Guarded, Options):
 
     def _holding(self) -> RedlockHolding | None:
         """The hold this handle's release, extend, ``owned`` and token apply to."""
-        holding = self._current(None)
+        holding = self._handles.current(self, None)
         assert holding is None or isinstance(holding, RedlockHolding)
         return holding
+
+    _hold_now = _holding
 
     # acquire --------------------------------------------------------------------------
 
@@ -182,12 +242,12 @@ class Redlock(ThreadHandle, Guarded, Options):
         if self._renewed(settings):  # no thread, no grant (watchdog.ensure_running)
             watchdog.ensure_running()
         hold_key = self._quorum_key(aliases, keys)
-        holding = self._reentry(hold_key)
+        holding = self._handles.reentry(hold_key)
         if holding is not None:
             assert isinstance(holding, RedlockHolding)
             if self._extend_holding(holding, holding.lease, "acquired it again"):
                 holding.depth += 1
-                self._took(hold_key, holding)
+                self._handles.took(self, hold_key, holding)
                 return HELD_RESULT
             holding.end()  # reported lost by _extend_holding; taken afresh below
         may_wait, budget = wait_budget(self, blocking, blocking_timeout, settings)
@@ -202,8 +262,10 @@ class Redlock(ThreadHandle, Guarded, Options):
         )
         outcome = fanout.run_quorum(quorum_acquire(attempt), servers)
         if not outcome.held:
-            signals.announce_contended(self, begun, may_wait)
-            return AcquireResult.refused(outcome.value)
+            refused = AcquireResult.refused(outcome.value, outcome.refusal)
+            counters.contended(self.name, time.monotonic() - begun)
+            signals.announce_contended(self, begun, may_wait, refused.holder, refused.held_for)
+            return refused
         holding = RedlockHolding(
             servers=servers,
             redlock_keys=keys,
@@ -222,10 +284,14 @@ class Redlock(ThreadHandle, Guarded, Options):
     def _hold(
         self, hold_key: HoldKey, holding: RedlockHolding, settings: LockSettings, waited: float
     ) -> None:
-        """Record a new hold: this thread's, watched, announced."""
-        self._took(hold_key, holding)
+        """Record a new hold: this thread's, with what it asked for on loss,
+        watched, announced."""
+        if self._loss is not None or settings.max_hold is not None:
+            told.attach_hooks(self, holding, settings)
+        self._handles.took(self, hold_key, holding)
         if self._renewed(settings):
             watchdog.watch(holding)
+        counters.acquired(None, None, 0, self.name, waited)
         signals.announce_acquired(self, waited, None)
 
     # fencing ------------------------------------------------------------------------
@@ -287,7 +353,7 @@ class Redlock(ThreadHandle, Guarded, Options):
                 return
             self._release_all(holding)
         finally:
-            self._left(holding)
+            self._handles.left(self, holding)
 
     def _release_all(self, holding: RedlockHolding) -> None:
         """The last level's release, on every server."""

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
@@ -151,7 +152,7 @@ def acquire(attempt: QuorumAttempt) -> Generator[QuorumStep, Any, Outcome]:
         except BaseException:  # interrupted mid-way: undo wherever it may have landed
             yield from _undo(attempt, [None] * attempt.count)
             raise
-        replies = [acquire_reply(r) if isinstance(r, int) else None for r in results]
+        replies = [acquire_reply(r) if isinstance(r, int | list) else None for r in results]
         granted = [r[1] for r in replies if r is not None and r[0] == HELD]
         if len(granted) >= needed and lease - (time.monotonic() - started) - allowance > 0:
             return Outcome(HELD, max(granted), started)
@@ -162,7 +163,7 @@ def acquire(attempt: QuorumAttempt) -> Generator[QuorumStep, Any, Outcome]:
         hint = retry_after(replies, needed)
         now = time.monotonic()
         if attempt.deadline is not None and now >= attempt.deadline:
-            return Outcome(REFUSED, int(hint * 1000), started)
+            return Outcome(REFUSED, int(hint * 1000), started, refusal=holding_reply(results))
         pause = random.uniform(0.5, 1.0) * delay
         if hint > 0:
             pause = min(pause, hint)
@@ -170,6 +171,18 @@ def acquire(attempt: QuorumAttempt) -> Generator[QuorumStep, Any, Outcome]:
             pause = min(pause, attempt.deadline - now)
         yield Pause(max(pause, 0.0))
         delay = min(delay * 2, RETRY_MAX)
+
+
+def holding_reply(results: list[Any]) -> list[Any] | None:
+    """The refusal naming the holder that most servers named (``LockTimeout.holder``):
+    the servers disagree only while holds change hands, and then the one most
+    of them have is the likeliest to be the Redlock's holder."""
+    refusals = [r for r in results if isinstance(r, list) and len(r) == 2]
+    if not refusals:
+        return None
+    values = Counter(r[1] for r in refusals)
+    top = values.most_common(1)[0][0]
+    return next(r for r in refusals if r[1] == top)
 
 
 def retry_after(replies: list[tuple[int, int] | None], needed: int) -> float:

@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+import django_redislock.primitives.redlock.fanout as fanout
 from django_redislock.backend import client as backend
 from django_redislock.backend.scripts import (
     INSPECT_LOCKS,
@@ -40,7 +41,6 @@ from django_redislock.backend.scripts import (
 from django_redislock.backend.values import parse_lock_value
 from django_redislock.conf import generation
 from django_redislock.engine.steps import Call
-from django_redislock.primitives.redlock import fanout
 from django_redislock.primitives.redlock.fanout import Servers
 from django_redislock.primitives.redlock.quorum import quorum, too_few_error
 
