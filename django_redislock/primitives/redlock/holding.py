@@ -12,11 +12,15 @@ from collections.abc import Hashable
 from typing import Any
 
 import django_redislock.primitives.redlock.fanout as fanout
-from django_redislock.backend.scripts import LOCK_EXTEND, LOCK_RELEASE
+from django_redislock.backend.scripts import LOCK_EXTEND, LOCK_RELEASE, REDLOCK_FENCE
+from django_redislock.exceptions import LockBackendError
 from django_redislock.holds.holding import Holding
 from django_redislock.primitives.redlock.fanout import Servers
 from django_redislock.primitives.redlock.quorum import drift, quorum, reply_timeout, too_few_error
 from django_redislock.primitives.redlock.servers import lock_call
+
+#: How long a release waits for any one server's answer.
+RELEASE_TIMEOUT = 1.0
 
 
 class RedlockHolding(Holding):
@@ -87,6 +91,48 @@ class RedlockHolding(Holding):
         if len(results) - refused < needed:
             return False
         raise too_few_error(self.name, results, "extend")
+
+    def release_everywhere(self) -> LockBackendError | None:
+        """Release on every server; the error to raise when too few answered
+        (``None``: released on a majority). A majority that answered it is
+        not ours marks it lost; so does a lease that had ended before the
+        release was sent, when too few answered to tell."""
+        call = lock_call(LOCK_RELEASE, self.redlock_keys, self.token)
+        sent = time.monotonic()
+        # every server's answer, each awaited RELEASE_TIMEOUT at most: a hung
+        # one costs that, not the lease (or, with no socket timeout, its whole
+        # length); one that does not answer in time frees its copy when the
+        # lease ends
+        results = fanout.run_on_all(
+            self.servers, call.script, call.keys, call.args, timeout=RELEASE_TIMEOUT
+        )
+        released = sum(1 for r in results if r == 0)
+        not_ours = sum(1 for r in results if r == -1)
+        needed = quorum(len(results))
+        if released < needed and len(results) - not_ours < needed:
+            self.mark_lost("a majority no longer held it when it was released")
+        if released >= needed:
+            return None
+        self.lapsed(sent, "released it")
+        return too_few_error(self.name, results, "release")
+
+    def record_fence(self) -> bool:
+        """Record this hold's fencing token on every server that still has it
+        (one round trip, see ``Redlock.fencing_token``); ``False``, marked
+        lost, when a majority no longer held it."""
+        results = fanout.run_on_all(
+            self.servers,
+            REDLOCK_FENCE,
+            REDLOCK_FENCE.keys_of({"lock": self.lock_key, "fence": self.fence_key}),
+            REDLOCK_FENCE.args_of(token=self.token, fencing_token=self.candidate_fence),
+            timeout=max(self.lease_deadline - time.monotonic(), 0.001),
+            enough=quorum(len(self.servers.clients)),
+        )
+        if sum(1 for r in results if r == 1) < quorum(len(results)):
+            self.mark_lost("a majority no longer held it when its fencing token was read")
+            return False
+        self.fencing_token = self.candidate_fence
+        return True
 
     def send_lease(self, lease: float) -> bool:
         return self.extend_all(lease)

@@ -25,7 +25,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 import django_redislock.primitives.redlock.fanout as fanout
 from django_redislock import signals
-from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE, REDLOCK_FENCE
+from django_redislock.backend.scripts import LOCK_ACQUIRE, LOCK_RELEASE
 from django_redislock.conf import LockSettings, get_settings
 from django_redislock.engine.steps import HELD_RESULT, AcquireResult
 from django_redislock.exceptions import (
@@ -44,8 +44,6 @@ from django_redislock.primitives.redlock.quorum import (
     MIN_LEASE,
     QuorumAttempt,
     check_lease,
-    quorum,
-    too_few_error,
     too_short,
 )
 from django_redislock.primitives.redlock.quorum import acquire as quorum_acquire
@@ -60,9 +58,6 @@ from django_redislock.primitives.redlock.servers import (
     view,
 )
 from django_redislock.validation import check_name, checked_options, fixed, wait_budget
-
-#: How long a release waits for any one server's answer.
-RELEASE_TIMEOUT = 1.0
 
 _R = TypeVar("_R", bound="Redlock")
 
@@ -321,19 +316,8 @@ class Redlock(Worded):
             holding.mark_lost("its lease had ended when its fencing token was read")
         if holding.lost is not None:
             raise self._lost(holding)
-        if holding.fencing_token is None:
-            results = fanout.run_on_all(
-                holding.servers,
-                REDLOCK_FENCE,
-                REDLOCK_FENCE.keys_of({"lock": holding.lock_key, "fence": holding.fence_key}),
-                REDLOCK_FENCE.args_of(token=holding.token, fencing_token=holding.candidate_fence),
-                timeout=max(holding.lease_deadline - time.monotonic(), 0.001),
-                enough=quorum(len(holding.servers.clients)),
-            )
-            if sum(1 for r in results if r == 1) < quorum(len(results)):
-                holding.mark_lost("a majority no longer held it when its fencing token was read")
-                raise self._lost(holding)
-            holding.fencing_token = holding.candidate_fence
+        if holding.fencing_token is None and not holding.record_fence():
+            raise self._lost(holding)
         return holding.fencing_token
 
     # release, extend, inspect ------------------------------------------------------
@@ -359,29 +343,10 @@ class Redlock(Worded):
         """The last level's release, on every server."""
         holding.releasing = True
         watchdog.unwatch(holding)
-        call = lock_call(LOCK_RELEASE, holding.redlock_keys, holding.token)
-        sent = time.monotonic()
         try:
-            # every server's answer, each awaited RELEASE_TIMEOUT at most: a
-            # hung one costs that, not the lease (or, with no socket timeout,
-            # its whole length); one that does not answer in time frees its
-            # copy when the lease ends
-            results = fanout.run_on_all(
-                holding.servers, call.script, call.keys, call.args, timeout=RELEASE_TIMEOUT
-            )
-        except BaseException:
-            holding.end()  # not renewed any more: the leases free it
-            raise
-        released = sum(1 for r in results if r == 0)
-        not_ours = sum(1 for r in results if r == -1)
-        needed = quorum(len(results))
-        if released < needed and len(results) - not_ours < needed:
-            holding.mark_lost("a majority no longer held it when it was released")
-        # too few answered: lost if its lease had ended before the release was sent
-        failed = too_few_error(self.name, results, "release") if released < needed else None
-        if failed is not None:
-            holding.lapsed(sent, "released it")
-        holding.end()
+            failed = holding.release_everywhere()
+        finally:
+            holding.end()  # not renewed any more: what is left the leases free
         if holding.lost is not None:
             raise self._lost(holding) from failed
         if failed is not None:
