@@ -268,11 +268,8 @@ class Watchdog:
         due when given."""
         if not renewed:
             return
-        earliest = float("inf")
         with self._cond:
-            for holding, due in renewed:
-                if self._schedule.renewed(holding, due):
-                    earliest = min(earliest, due)
+            earliest = self._schedule.renewed(renewed)
             if earliest < self._wake_at:
                 self._cond.notify()
 
@@ -352,11 +349,12 @@ class Watchdog:
         renewal waits on Redis is not renewed again."""
         found, earliest = self._schedule.take(now, PASS_LIMIT, RETRY_DELAY)
         due_now: dict[Hashable, list[_Job]] = {}
+        renew, overdue = self.settling.renew, self.settling.overdue
         for kind, entry, lane in found:
             if kind == RENEW:
-                due_now.setdefault(lane, []).append((self.settling.renew, entry))
+                due_now.setdefault(lane, []).append((renew, entry))
             else:
-                due_now.setdefault(("overdue", lane), []).append((self.settling.overdue, entry))
+                due_now.setdefault(("overdue", lane), []).append((overdue, entry))
         return due_now, earliest
 
 
