@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import os
+import threading
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -77,11 +79,23 @@ class _ClientCache:
     Django's cache handler is thread-local and comparatively slow to consult;
     redis-py clients are thread-safe and fork-aware, so one per alias serves the
     whole process. A change of settings (``conf.generation``) empties it.
+
+    One per alias even when threads ask at once: a miss builds under a lock.
+    Each thread that missed once built its own cache's client, and what is
+    kept per client went with it (two wake-up connections in one process).
     """
 
     def __init__(self) -> None:
         self._entry: tuple[int, dict[str, tuple[Any, float]]] = (-1, {})
         self._namespaces: tuple[int, dict[str, str]] = (-1, {})
+        self._forked()
+
+    def _forked(self) -> None:
+        """A new lock in a forked child (another thread may have held the
+        parent's at the fork), asked on a miss: a child forked without
+        Python's hooks (uWSGI) is seen by its pid."""
+        self._building = threading.Lock()
+        self._pid = os.getpid()
 
     def get_namespace(self, alias: str, key_prefix: str) -> str:
         current = generation()
@@ -97,13 +111,21 @@ class _ClientCache:
     def get(self, alias: str) -> tuple[Any, float]:
         current = generation()
         owner, clients = self._entry
-        if owner != current:
-            clients = {}
-            self._entry = (current, clients)
-        found = clients.get(alias)
-        if found is None:
-            found = clients[alias] = (_client_for(alias), MAX_WAIT_CHUNK)
-        return found
+        if owner == current:
+            found = clients.get(alias)
+            if found is not None:
+                return found
+        if self._pid != os.getpid():
+            self._forked()
+        with self._building:
+            owner, clients = self._entry
+            if owner != current:
+                clients = {}
+                self._entry = (current, clients)
+            found = clients.get(alias)
+            if found is None:
+                found = clients[alias] = (_client_for(alias), MAX_WAIT_CHUNK)
+            return found
 
 
 _clients = _ClientCache()

@@ -260,3 +260,38 @@ def test_a_cache_prefix_cannot_break_the_hash_tag_or_the_scan(
         assert redis_client.exists("redislock:we%7Bir%7Dd*:1:{n}:lock")
         prefix = backend.namespace("site2", "redislock")
         assert [h.name for h in inspection.list_held(redis_client, prefix)] == ["n"]
+
+
+def test_threads_that_ask_for_a_cache_s_client_at_once_share_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each thread has its own Django cache object, so a client built by
+    every thread that missed the cache at once was a client per thread; what
+    is kept per client (a shared wake-up connection and its thread) was
+    then kept twice. The first build waits a second for another to begin:
+    one does only where the second thread does not wait for the first."""
+    built: list[object] = []
+    inside = threading.Event()
+    another = threading.Event()
+
+    def slow_build(alias: str) -> object:
+        client = object()
+        built.append(client)
+        if inside.is_set():
+            another.set()
+        inside.set()
+        another.wait(1)
+        return client
+
+    monkeypatch.setattr(backend, "_client_for", slow_build)
+    cache = backend._ClientCache()
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(cache.get("default")[0]))]
+    threads[0].start()
+    assert inside.wait(10)
+    threads.append(threading.Thread(target=lambda: got.append(cache.get("default")[0])))
+    threads[1].start()
+    for thread in threads:
+        thread.join(10)
+    assert len(built) == 1
+    assert got == [built[0], built[0]]
