@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
+import threading
 import time
 import warnings
 
@@ -28,6 +29,8 @@ def fork_and_run(child: object, in_parent: object = None, *, hooks: bool = True)
     ``hooks=False`` forks with C's ``fork()``, as uWSGI does without
     ``py-call-osafterfork``: no ``os.register_at_fork`` hook runs.
     """
+    if not hooks:
+        _threads_settled()
     with warnings.catch_warnings():
         # 3.12+ warns that forking a multi-threaded process (the watchdog) may deadlock;
         # the child here touches nothing the watchdog holds.
@@ -46,6 +49,26 @@ def fork_and_run(child: object, in_parent: object = None, *, hooks: bool = True)
         in_parent()
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)
+
+
+def _threads_settled() -> None:
+    """Until no thread of the parent is starting: a thread whose ``start()``
+    has returned still takes ``threading``'s own lock once more, to move
+    itself from ``_limbo`` to ``_active``. C's ``fork()`` then gives the child
+    that lock held, and no hook resets it, so the child's first thread start
+    waits for ever (a run met it: the watchdog's thread, started by the
+    parent's ``Lock`` just before). Python's ``os.fork`` resets it; a real
+    hook-less fork (uWSGI's master) forks before it serves, with its threads
+    long started. CPython's private names: this is CPython's own hazard."""
+    deadline = time.monotonic() + 10
+    limbo = threading._limbo  # type: ignore[attr-defined]
+    lock = threading._active_limbo_lock  # type: ignore[attr-defined]
+    while True:
+        with lock:  # taken and let go here: no thread holds it as we leave
+            if not limbo:
+                return
+        assert time.monotonic() < deadline, "a thread of the parent never finished starting"
+        time.sleep(0.001)
 
 
 def test_forked_child_does_not_own_renew_or_release(redis_client: redis.Redis) -> None:
