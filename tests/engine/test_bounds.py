@@ -213,10 +213,12 @@ def test_waiters_share_one_blocked_connection_and_hold_up_no_other_acquire(
             while redis_client.zcard(queue) < waiters or wakeups.waiters() < waiters:
                 assert time.monotonic() < deadline, "the waiters never all waited"
                 time.sleep(0.01)
-            blocked = [
-                c for c in redis_client.client_list() if c["name"] == "crowd" and "b" in c["flags"]
-            ]
-            assert len(blocked) == 1  # this process's shared wake-up connection
+            # this process's shared wake-up connection; between two of its
+            # BLPOPs (a nudge for the last waiter that joined), none for a moment
+            while (blocked := _blocked(redis_client, "crowd")) != 1:
+                assert blocked == 0, f"{blocked} connections blocked"
+                assert time.monotonic() < deadline, "the wake-up connection never blocked"
+                time.sleep(0.01)
             started = time.monotonic()
             other = Lock("other", blocking_timeout=3)
             assert other.acquire(), "an uncontended acquire waited for the waiters' threads"
@@ -229,3 +231,8 @@ def test_waiters_share_one_blocked_connection_and_hold_up_no_other_acquire(
                 thread.join(60)
     assert errors == []
     assert redis_client.zcard(queue) == 0
+
+
+def _blocked(client: redis.Redis, name: str) -> int:
+    """Clients named ``name`` blocked in a command now."""
+    return sum(c["name"] == name and "b" in c["flags"] for c in client.client_list())
