@@ -256,13 +256,15 @@ def test_a_thread_that_ends_holding_is_reported_by_the_watchdog(
     seen = Seen()
     logging.getLogger("django_redislock").addHandler(seen)
     try:
-        keeper = Lock("other-alive", timeout=0.9)  # keeps the scheduler passing
+        # keeps the scheduler passing (every 2 s); a lease long enough to
+        # outlast gc.collect() in a process that has run the whole suite
+        keeper = Lock("other-alive", timeout=6)
         keeper.acquire()
         worker = threading.Thread(target=lambda: Lock("ended", timeout=30).acquire() and None)
         worker.start()
         worker.join()
         gc.collect()
-        assert reported.wait(10), "never reported"
+        assert reported.wait(15), "never reported"
         keeper.release()
     finally:
         logging.getLogger("django_redislock").removeHandler(seen)
